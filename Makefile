@@ -1,0 +1,66 @@
+# The one entry point. Every target bootstraps .venv itself (see `setup`).
+SHELL := /bin/bash
+PY := .venv/bin/python
+STAMP := .venv/.installed
+export PYTHONPATH := $(CURDIR)
+export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/.cache/jax
+export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS ?= 0
+export MPLBACKEND ?= Agg
+
+MOTION ?= jump
+ALGO ?= bcg
+PRESET ?= cpu
+SEED ?= 0
+ROBOT ?= sim
+NET_IF ?=
+RUN ?=
+ARGS ?=
+
+.PHONY: setup test test-slow train export eval sim deploy calibrate bench clean lo-multicast
+
+setup: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@command -v python3 >/dev/null || { echo "python3 (>=3.10) is required"; exit 1; }
+	@test -d .venv || python3 -m venv .venv || { \
+	  echo "python3 -m venv failed: on Debian/Ubuntu run 'apt-get install python3-venv'"; exit 1; }
+	.venv/bin/pip install -q --upgrade pip
+	.venv/bin/pip install -q -r requirements.lock
+	@touch $(STAMP)
+	@echo "setup: .venv ready"
+
+# DDS on loopback needs a multicast-capable lo (cyclonedds discovery); needs root, harmless if set.
+lo-multicast:
+	@ip link show lo | grep -q MULTICAST || ip link set lo multicast on 2>/dev/null || \
+	  echo "warning: lo is not multicast-capable; run 'sudo ip link set lo multicast on' for DDS tests"
+
+test: setup lo-multicast
+	$(PY) -m pytest -q $(ARGS)
+
+test-slow: setup lo-multicast
+	$(PY) -m pytest -q -m slow $(ARGS)
+
+train: setup
+	$(PY) -m train.cli --motion $(MOTION) --algo $(ALGO) --preset $(PRESET) --seed $(SEED) $(ARGS)
+
+export: setup
+	@test -n "$(RUN)" || { echo "usage: make export RUN=runs/<motion>/<stamp>"; exit 2; }
+	$(PY) -m train.export --run $(RUN) $(ARGS)
+
+eval: setup
+	$(PY) -m train.evaluate --motion $(MOTION) $(ARGS)
+
+sim: setup lo-multicast
+	$(PY) -m deploy.sim_bridge $(ARGS)
+
+deploy: setup lo-multicast
+	$(PY) -m deploy.cli --robot $(ROBOT) --motion $(MOTION) $(if $(NET_IF),--net-if $(NET_IF)) $(ARGS)
+
+calibrate: setup lo-multicast
+	$(PY) -m calibration.cli --robot $(ROBOT) $(if $(NET_IF),--net-if $(NET_IF)) $(ARGS)
+
+bench: setup lo-multicast
+	$(PY) -m bench.run $(ARGS)
+
+clean:
+	rm -rf .venv .cache .pytest_cache
