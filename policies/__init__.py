@@ -1,0 +1,1 @@
+"""The train<->deploy contract: observation layout, artifact schema, trained artifacts."""

@@ -1,0 +1,287 @@
+"""Policy artifact: `policy.onnx` + `policy.yaml` (+ `reference.npz`) in policies/<robot>/<motion>/.
+
+- policy.onnx: input `obs` float32 [batch, n_obs], output `actions` float32 [batch, 29],
+  normalisation inside the graph, deterministic. Its metadata_props["policy.yaml"] holds the
+  YAML below without `onnx_sha256` (the hash covers the ONNX file itself).
+- policy.yaml: everything needed to run it; `validate_for_robot` checks it against robots/.
+- reference.npz: the motion's reference (ref_q [T, 29], ref_height [T]) at control_dt,
+  sampled from t = 0; the observation's reference terms are read from it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import hashlib
+import io
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import yaml
+
+from policies.observation import TERMS, ObsTermSpec, obs_size
+from robots import g1
+
+SCHEMA_VERSION = 1
+ROBOT = "g1_29dof_rev1"
+ONNX_NAME, YAML_NAME, REFERENCE_NAME = "policy.onnx", "policy.yaml", "reference.npz"
+INPUT_NAME, OUTPUT_NAME = "obs", "actions"
+META_KEY = "policy.yaml"
+POLICY_ROOT = Path(__file__).resolve().parent / "g1"
+
+
+class ArtifactError(ValueError):
+    """The artifact is missing, corrupt, or does not fit this robot. The message says what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MotionSpec:
+    name: str
+    duration: float  # s
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicySpec:
+    joint_names: tuple[str, ...]
+    control_dt: float
+    action_scale: float
+    default_joint_pos: tuple[float, ...]
+    kp: tuple[float, ...]
+    kd: tuple[float, ...]
+    observation: tuple[ObsTermSpec, ...]
+    motion: MotionSpec
+    provenance: dict[str, Any]
+    robot: str = ROBOT
+    schema_version: int = SCHEMA_VERSION
+    onnx_sha256: str = ""
+
+    @property
+    def n_obs(self) -> int:
+        return obs_size(self.observation)
+
+    def to_dict(self, with_sha: bool = True) -> dict:
+        d = {
+            "schema_version": self.schema_version,
+            "robot": self.robot,
+            "joint_names": list(self.joint_names),
+            "control_dt": float(self.control_dt),
+            "action_scale": float(self.action_scale),
+            "default_joint_pos": [float(x) for x in self.default_joint_pos],
+            "kp": [float(x) for x in self.kp],
+            "kd": [float(x) for x in self.kd],
+            "observation": [{"name": t.name, "size": int(t.size), "scale": float(t.scale)} for t in self.observation],
+            "motion": {"name": self.motion.name, "duration": float(self.motion.duration)},
+            "provenance": dict(self.provenance),
+        }
+        if with_sha:
+            d["onnx_sha256"] = self.onnx_sha256
+        return d
+
+    @staticmethod
+    def from_dict(d: Any, where: str = "policy.yaml") -> "PolicySpec":
+        if not isinstance(d, dict):
+            raise ArtifactError(f"{where}: expected a mapping at top level, got {type(d).__name__}")
+        required = ["schema_version", "robot", "joint_names", "control_dt", "action_scale",
+                    "default_joint_pos", "kp", "kd", "observation", "motion", "provenance"]
+        missing = [k for k in required if k not in d]
+        if missing:
+            raise ArtifactError(f"{where}: missing keys {missing}; re-export the policy (make export RUN=...)")
+        if d["schema_version"] != SCHEMA_VERSION:
+            raise ArtifactError(
+                f"{where}: schema_version {d['schema_version']} is not supported (this toolkit reads "
+                f"{SCHEMA_VERSION}); re-export the policy with this version"
+            )
+        try:
+            obs = tuple(ObsTermSpec(str(t["name"]), int(t["size"]), float(t["scale"])) for t in d["observation"])
+            return PolicySpec(
+                joint_names=tuple(str(n) for n in d["joint_names"]),
+                control_dt=float(d["control_dt"]),
+                action_scale=float(d["action_scale"]),
+                default_joint_pos=tuple(float(x) for x in d["default_joint_pos"]),
+                kp=tuple(float(x) for x in d["kp"]),
+                kd=tuple(float(x) for x in d["kd"]),
+                observation=obs,
+                motion=MotionSpec(str(d["motion"]["name"]), float(d["motion"]["duration"])),
+                provenance=dict(d["provenance"] or {}),
+                robot=str(d["robot"]),
+                schema_version=int(d["schema_version"]),
+                onnx_sha256=str(d.get("onnx_sha256", "")),
+            )
+        except (TypeError, KeyError, ValueError) as e:
+            raise ArtifactError(f"{where}: malformed field ({e!r}); re-export the policy") from e
+
+
+@dataclasses.dataclass(frozen=True)
+class Artifact:
+    path: Path
+    spec: PolicySpec
+    onnx_bytes: bytes
+    ref_q: np.ndarray  # (T, 29)
+    ref_height: np.ndarray  # (T,)
+
+
+def robot_spec_fields() -> dict:
+    """What every G1 artifact must carry, from robots/ (the one source of truth)."""
+    return dict(
+        joint_names=tuple(g1.JOINT_NAMES),
+        control_dt=g1.CONTROL_DT,
+        default_joint_pos=tuple(float(x) for x in g1.DEFAULT_JOINT_POS),
+        kp=tuple(float(x) for x in g1.KP),
+        kd=tuple(float(x) for x in g1.KD),
+    )
+
+
+def validate_for_robot(spec: PolicySpec) -> None:
+    """Refuse an artifact that does not fit robots/g1.py, naming every mismatch."""
+    errs = []
+    if spec.robot != ROBOT:
+        errs.append(f"robot is {spec.robot!r}, this deploy drives {ROBOT!r}")
+    if len(spec.joint_names) != g1.NUM_MOTORS:
+        errs.append(f"{len(spec.joint_names)} joints, the G1 has {g1.NUM_MOTORS}")
+    elif tuple(spec.joint_names) != tuple(g1.JOINT_NAMES):
+        bad = [i for i, (a, b) in enumerate(zip(spec.joint_names, g1.JOINT_NAMES)) if a != b]
+        errs.append(f"joint order differs from the motor order at indices {bad[:5]} (e.g. {spec.joint_names[bad[0]]!r} vs {g1.JOINT_NAMES[bad[0]]!r})")
+    for key, ref in (("kp", g1.KP), ("kd", g1.KD), ("default_joint_pos", g1.DEFAULT_JOINT_POS)):
+        v = np.asarray(getattr(spec, key), dtype=float)
+        if v.shape != ref.shape:
+            errs.append(f"{key} has {v.size} entries, expected {ref.size}")
+        elif not np.allclose(v, ref, atol=1e-6):
+            i = int(np.argmax(np.abs(v - ref)))
+            errs.append(f"{key} differs from robots/g1.py (joint {g1.JOINT_NAMES[i]}: {v[i]} vs {ref[i]}): "
+                        "deploy gains must equal training gains")
+    if abs(spec.control_dt - g1.CONTROL_DT) > 1e-9:
+        errs.append(f"control_dt {spec.control_dt} != {g1.CONTROL_DT}")
+    if not (0 < spec.action_scale < 2.0):
+        errs.append(f"action_scale {spec.action_scale} outside (0, 2) rad")
+    for t in spec.observation:
+        if t.name not in TERMS:
+            errs.append(f"unknown observation term {t.name!r}")
+        elif TERMS[t.name].size != t.size:
+            errs.append(f"observation term {t.name!r} has size {t.size}, this toolkit builds {TERMS[t.name].size}")
+    if not (0 < spec.motion.duration < 600):
+        errs.append(f"motion duration {spec.motion.duration} s is out of range")
+    if errs:
+        raise ArtifactError("policy artifact does not match this robot:\n  - " + "\n  - ".join(errs)
+                            + "\nRe-train/re-export for this robot, or fix robots/g1.py if the robot changed.")
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).parent)
+        return out.stdout.strip() or "unknown"
+    except Exception:
+        return "unknown"
+
+
+def provenance(algorithm: str, seed: int, iterations: int, **extra) -> dict:
+    return {"algorithm": algorithm, "seed": int(seed), "iterations": int(iterations), "git_commit": _git_commit(),
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), **extra}
+
+
+def _sha256(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+def write_artifact(out_dir: str | Path, model: onnx.ModelProto, spec: PolicySpec,
+                   ref_q: np.ndarray, ref_height: np.ndarray) -> Path:
+    """Validate, embed the YAML in the ONNX metadata, write the three files. Returns out_dir."""
+    validate_for_robot(spec)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ref_q = np.asarray(ref_q, np.float32)
+    ref_height = np.asarray(ref_height, np.float32)
+    _check_reference(ref_q, ref_height, spec, where=str(out))
+    meta_yaml = yaml.safe_dump(spec.to_dict(with_sha=False), sort_keys=False)
+    del model.metadata_props[:]
+    model.metadata_props.add(key=META_KEY, value=meta_yaml)
+    _check_io(model, spec.n_obs, where="model to export")
+    onnx.checker.check_model(model)
+    blob = model.SerializeToString()
+    spec = dataclasses.replace(spec, onnx_sha256=_sha256(blob))
+    (out / ONNX_NAME).write_bytes(blob)
+    (out / YAML_NAME).write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
+    buf = io.BytesIO()
+    np.savez(buf, ref_q=ref_q, ref_height=ref_height)
+    (out / REFERENCE_NAME).write_bytes(buf.getvalue())
+    return out
+
+
+def _dim(d) -> int | str:
+    return d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+
+
+def _check_io(model: onnx.ModelProto, n_obs: int, where: str) -> None:
+    g = model.graph
+    init = {i.name for i in g.initializer}
+    inputs = [i for i in g.input if i.name not in init]
+    if [i.name for i in inputs] != [INPUT_NAME] or [o.name for o in g.output] != [OUTPUT_NAME]:
+        raise ArtifactError(f"{where}: ONNX inputs {[i.name for i in inputs]} / outputs {[o.name for o in g.output]}, "
+                            f"expected [{INPUT_NAME!r}] / [{OUTPUT_NAME!r}]; export with train/export.py")
+    ishape = [_dim(d) for d in inputs[0].type.tensor_type.shape.dim]
+    oshape = [_dim(d) for d in g.output[0].type.tensor_type.shape.dim]
+    if len(ishape) != 2 or ishape[1] != n_obs:
+        raise ArtifactError(f"{where}: ONNX input shape {ishape}, the YAML's observation has {n_obs} entries")
+    if len(oshape) != 2 or oshape[1] != g1.NUM_MOTORS:
+        raise ArtifactError(f"{where}: ONNX output shape {oshape}, expected [batch, {g1.NUM_MOTORS}]")
+    if inputs[0].type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
+        raise ArtifactError(f"{where}: ONNX input must be float32")
+
+
+def _check_reference(ref_q, ref_height, spec: PolicySpec, where: str) -> None:
+    T = int(round(spec.motion.duration / spec.control_dt))
+    if ref_q.ndim != 2 or ref_q.shape[1] != g1.NUM_MOTORS or ref_height.shape != (ref_q.shape[0],):
+        raise ArtifactError(f"{where}: reference shapes {ref_q.shape}, {ref_height.shape}; expected (T, 29), (T,)")
+    if abs(ref_q.shape[0] - T) > 1:
+        raise ArtifactError(f"{where}: reference has {ref_q.shape[0]} rows, motion duration implies {T}")
+    if not (np.all(np.isfinite(ref_q)) and np.all(np.isfinite(ref_height))):
+        raise ArtifactError(f"{where}: reference contains NaN/inf")
+    if np.any(ref_q < g1.JOINT_POS_MIN - 1e-6) or np.any(ref_q > g1.JOINT_POS_MAX + 1e-6):
+        raise ArtifactError(f"{where}: reference joint positions exceed the joint limits")
+
+
+def artifact_dir(motion: str, root: Path = POLICY_ROOT) -> Path:
+    return root / motion
+
+
+def available_motions(root: Path = POLICY_ROOT) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if (p / YAML_NAME).is_file()) if root.is_dir() else []
+
+
+def load_artifact(path: str | Path) -> Artifact:
+    """Read and fully validate an artifact directory. Raises ArtifactError with the fix."""
+    p = Path(path)
+    if not p.is_dir():
+        raise ArtifactError(f"no policy artifact at {p}; available: {available_motions()} "
+                            "(train one with `make train MOTION=<name>`)")
+    for name in (ONNX_NAME, YAML_NAME, REFERENCE_NAME):
+        if not (p / name).is_file():
+            raise ArtifactError(f"{p}: {name} is missing; re-export the policy (make export RUN=...)")
+    try:
+        d = yaml.safe_load((p / YAML_NAME).read_text())
+    except yaml.YAMLError as e:
+        raise ArtifactError(f"{p / YAML_NAME} is not valid YAML: {e}") from e
+    spec = PolicySpec.from_dict(d, where=str(p / YAML_NAME))
+    validate_for_robot(spec)
+    blob = (p / ONNX_NAME).read_bytes()
+    if _sha256(blob) != spec.onnx_sha256:
+        raise ArtifactError(f"{p / ONNX_NAME}: sha256 does not match policy.yaml (file corrupt or swapped); "
+                            "re-export the policy")
+    try:
+        model = onnx.load_from_string(blob)
+        onnx.checker.check_model(model)
+    except Exception as e:
+        raise ArtifactError(f"{p / ONNX_NAME} is not a valid ONNX model: {e}") from e
+    meta = {m.key: m.value for m in model.metadata_props}
+    if META_KEY not in meta or yaml.safe_load(meta[META_KEY]) != spec.to_dict(with_sha=False):
+        raise ArtifactError(f"{p}: policy.yaml differs from the YAML embedded in policy.onnx; re-export the policy")
+    _check_io(model, spec.n_obs, where=str(p / ONNX_NAME))
+    try:
+        with np.load(p / REFERENCE_NAME) as z:
+            ref_q, ref_height = np.asarray(z["ref_q"]), np.asarray(z["ref_height"])
+    except Exception as e:
+        raise ArtifactError(f"{p / REFERENCE_NAME} is unreadable: {e}") from e
+    _check_reference(ref_q, ref_height, spec, where=str(p / REFERENCE_NAME))
+    return Artifact(path=p, spec=spec, onnx_bytes=blob, ref_q=ref_q, ref_height=ref_height)
