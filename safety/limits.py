@@ -1,0 +1,180 @@
+"""Pure limit functions: what a joint command may be, given the robot's measured state.
+
+No I/O, no clocks: every function maps arrays to arrays. The command the drives apply is
+    tau = tau_ff + kp (q* - q) + kd (dq* - dq)        (shared/reference/unitree_g1.md)
+and this toolkit always sends dq* = 0, tau_ff = 0, so the torque a target implies is
+    tau = kp (q* - q) - kd dq.
+
+Invariants of `safe_target` (proved by tests/test_safety_properties.py with hypothesis), for
+any finite proposal, any finite measured state and a previous target inside the soft limits:
+  1. q* lies inside the soft joint limits;
+  2. |q* - prev| <= max_step (the per-command-tick rate limit);
+  3. |kp (q* - q) - kd dq| <= torque_limit whenever some target satisfies 1 and 2 as well
+     (otherwise q* is the target satisfying 1 and 2 that implies the least torque; the drive
+     saturates at its limit in that case, which only happens when the joint is already being
+     driven into a limit by the world, e.g. moving faster than kd * |dq| > torque_limit).
+Non-finite proposals or states are not repaired: `check_command` returns a Trip for them.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import numpy as np
+
+from robots import g1
+
+# Soft joint limits: 5 % of each joint's range inside the hard limits, at most 0.1 rad.
+SOFT_LIMIT_FRACTION = 0.05
+SOFT_LIMIT_MAX_MARGIN = 0.1  # rad
+# Target rate limit: a target may not move faster than the joint itself can (motor table).
+TARGET_RATE_LIMIT = g1.VELOCITY_LIMIT  # rad/s
+# Fall detection: angle between the pelvis z axis and the world vertical.
+TILT_LIMIT = 0.8  # rad (~46 deg); an upright G1 that is pushed past this does not recover
+
+
+def soft_limits(fraction: float = SOFT_LIMIT_FRACTION, max_margin: float = SOFT_LIMIT_MAX_MARGIN):
+    span = g1.JOINT_POS_MAX - g1.JOINT_POS_MIN
+    margin = np.minimum(fraction * span, max_margin)
+    return g1.JOINT_POS_MIN + margin, g1.JOINT_POS_MAX - margin
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Everything the safety layer bounds, per motor (motor order). Defaults from robots/g1.py."""
+
+    q_min: np.ndarray
+    q_max: np.ndarray
+    torque: np.ndarray  # Nm
+    max_step: np.ndarray  # rad per command tick
+    kp: np.ndarray
+    kd: np.ndarray
+    damping_kd: float = g1.DAMPING_KD
+    tilt_max: float = TILT_LIMIT  # rad
+
+    @staticmethod
+    def default(command_dt: float = g1.COMMAND_DT, kp=g1.KP, kd=g1.KD) -> "Limits":
+        lo, hi = soft_limits()
+        return Limits(q_min=lo, q_max=hi, torque=g1.TORQUE_LIMIT.astype(float).copy(),
+                      max_step=TARGET_RATE_LIMIT * command_dt, kp=np.asarray(kp, float).copy(),
+                      kd=np.asarray(kd, float).copy())
+
+
+class Command(NamedTuple):
+    """One motor command for the 29 motors (what goes into LowCmd)."""
+
+    q: np.ndarray
+    dq: np.ndarray
+    tau: np.ndarray
+    kp: np.ndarray
+    kd: np.ndarray
+    kind: str  # "position" | "damping" | "zero_torque"
+
+
+class Trip(NamedTuple):
+    """The safety layer refuses: the caller must send `damping_command()` and latch."""
+
+    kind: str  # nonfinite_action | nonfinite_state | tilt | stale_state | deadline | estop | exception ...
+    detail: str
+
+
+_Z = np.zeros(g1.NUM_MOTORS)
+
+
+def damping_command(kd: float = g1.DAMPING_KD) -> Command:
+    """kp = 0, kd = DAMPING_KD, q = dq = tau = 0: the drive applies tau = -kd dq (dissipative)."""
+    return Command(_Z.copy(), _Z.copy(), _Z.copy(), _Z.copy(), np.full(g1.NUM_MOTORS, float(kd)), "damping")
+
+
+def zero_torque_command() -> Command:
+    """kp = kd = 0, tau = 0: motors enabled but limp (Unitree's examples before Start)."""
+    return Command(_Z.copy(), _Z.copy(), _Z.copy(), _Z.copy(), _Z.copy(), "zero_torque")
+
+
+def all_finite(*arrays) -> bool:
+    return all(bool(np.all(np.isfinite(a))) for a in arrays)
+
+
+def clamp_joint_limits(q_target: np.ndarray, limits: Limits) -> np.ndarray:
+    return np.clip(q_target, limits.q_min, limits.q_max)
+
+
+def torque_interval(q: np.ndarray, dq: np.ndarray, kp: np.ndarray, kd: np.ndarray, tau_max: np.ndarray):
+    """Targets q* with |kp (q* - q) - kd dq| <= tau_max: [q + (kd dq - tau_max)/kp, q + (kd dq + tau_max)/kp].
+
+    For kp = 0 every target is admissible (the interval is the whole line)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pos = kp > 0
+        kp_safe = np.where(pos, kp, 1.0)
+        lo = np.where(pos, q + (kd * dq - tau_max) / kp_safe, -np.inf)
+        hi = np.where(pos, q + (kd * dq + tau_max) / kp_safe, np.inf)
+    return lo, hi
+
+
+def implied_torque(q_target, q, dq, kp, kd):
+    return kp * (q_target - q) - kd * dq
+
+
+def rate_interval(prev: np.ndarray, limits: Limits):
+    return prev - limits.max_step, prev + limits.max_step
+
+
+def safe_target(proposed: np.ndarray, q: np.ndarray, dq: np.ndarray, prev: np.ndarray, limits: Limits) -> np.ndarray:
+    """The admissible target nearest to `proposed` (all inputs finite; prev inside the soft limits).
+
+    Feasible set F = soft limits  n  [prev - max_step, prev + max_step]  (never empty).
+    Torque set   T = torque_interval(q, dq).  If F n T is non-empty the result is the projection of
+    `proposed` onto it; otherwise it is the point of F nearest to T (least implied torque)."""
+    prev = clamp_joint_limits(prev, limits)  # defensive: keeps F non-empty even for a bad prev
+    r_lo, r_hi = rate_interval(prev, limits)
+    f_lo = np.maximum(limits.q_min, r_lo)
+    f_hi = np.minimum(limits.q_max, r_hi)
+    t_lo, t_hi = torque_interval(q, dq, limits.kp, limits.kd, limits.torque)
+    lo = np.maximum(f_lo, t_lo)
+    hi = np.minimum(f_hi, t_hi)
+    empty = lo > hi
+    # empty: T lies entirely on one side of F -> take F's end nearest to it
+    lo = np.where(empty, np.where(t_hi < f_lo, f_lo, f_hi), lo)
+    hi = np.where(empty, lo, hi)
+    return np.clip(proposed, lo, hi)
+
+
+def tilt_angle(quat: np.ndarray) -> float:
+    """Angle (rad) between the pelvis z axis and the world vertical, from the w,x,y,z quaternion."""
+    w, x, y, z = (float(v) for v in quat)
+    n2 = w * w + x * x + y * y + z * z
+    if not np.isfinite(n2) or n2 < 1e-12:
+        return float("nan")
+    # z component of the body z axis in the world: 1 - 2 (x^2 + y^2) for a unit quaternion
+    cz = 1.0 - 2.0 * (x * x + y * y) / n2
+    return float(np.arccos(np.clip(cz, -1.0, 1.0)))
+
+
+def check_command(q: np.ndarray, dq: np.ndarray, quat: np.ndarray, proposed: np.ndarray | None,
+                  prev: np.ndarray, limits: Limits, check_tilt: bool = True) -> Command | Trip:
+    """(measured state, proposed joint targets) -> a safe position command, or a Trip.
+
+    `proposed=None` asks for no position command (PASSIVE): the state checks still run and the
+    result is the zero-torque command. Trips: non-finite state, non-finite proposal, tilt."""
+    if not all_finite(q, dq, quat):
+        bad = [n for n, a in (("q", q), ("dq", dq), ("quat", quat)) if not all_finite(a)]
+        return Trip("nonfinite_state", f"non-finite values in measured {', '.join(bad)}")
+    if check_tilt:
+        tilt = tilt_angle(quat)
+        if not np.isfinite(tilt):
+            return Trip("nonfinite_state", "IMU quaternion has zero norm")
+        if tilt > limits.tilt_max:
+            return Trip("tilt", f"pelvis tilted {np.degrees(tilt):.0f} deg > {np.degrees(limits.tilt_max):.0f} deg")
+    if proposed is None:
+        return zero_torque_command()
+    proposed = np.asarray(proposed, dtype=float)
+    if proposed.shape != (g1.NUM_MOTORS,):
+        return Trip("bad_action", f"proposed targets have shape {proposed.shape}, expected ({g1.NUM_MOTORS},)")
+    if not all_finite(proposed):
+        bad = np.flatnonzero(~np.isfinite(proposed))
+        return Trip("nonfinite_action", f"non-finite joint targets for {len(bad)} motors "
+                                        f"(first: {g1.JOINT_NAMES[bad[0]]}); the policy output NaN/inf")
+    if not all_finite(prev):
+        prev = clamp_joint_limits(q, limits)  # cannot happen via the monitor; start from where we are
+    target = safe_target(proposed, q, dq, prev, limits)
+    return Command(target, _Z.copy(), _Z.copy(), limits.kp.copy(), limits.kd.copy(), "position")

@@ -1,0 +1,141 @@
+"""Watchdogs, the e-stop latch and the monitor that every command passes through.
+
+No I/O and no clock of its own: the caller passes `now` (monotonic seconds), the receive time
+and tick of the latest LowState, and how late the control loop woke up. Once anything trips,
+the latch holds and every later command is the damping command until the process restarts.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from robots import g1
+from safety.limits import Command, Limits, Trip, check_command, clamp_joint_limits, damping_command
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchdogConfig:
+    # The robot publishes LowState at 500 Hz; 50 missing samples = 100 ms without feedback is a fault
+    # (not scheduler noise: the loop tolerates that), and ~5 policy periods of blind control.
+    stale_s: float = 0.1  # LowState older than this -> trip
+    tick_stall_s: float = 0.1  # LowState.tick unchanged for this long -> trip (robot-side freeze)
+    max_lateness_s: float = 0.1  # loop woke this far behind its deadline -> trip (robot uncommanded)
+
+
+class EStopLatch:
+    """Set once, never cleared (until the process restarts)."""
+
+    def __init__(self) -> None:
+        self.trip: Trip | None = None
+        self.time: float | None = None
+
+    @property
+    def latched(self) -> bool:
+        return self.trip is not None
+
+    def set(self, trip: Trip, now: float) -> bool:
+        """Latch `trip`; returns True only the first time."""
+        if self.trip is not None:
+            return False
+        self.trip, self.time = trip, float(now)
+        return True
+
+
+class StaleStateWatchdog:
+    """Trips when the latest LowState is too old or the robot's tick stops advancing."""
+
+    def __init__(self, stale_s: float, tick_stall_s: float) -> None:
+        self.stale_s, self.tick_stall_s = stale_s, tick_stall_s
+        self._tick: int | None = None
+        self._tick_changed_at: float | None = None
+
+    def check(self, now: float, rx_time: float | None, tick: int | None) -> Trip | None:
+        if rx_time is None:
+            return Trip("stale_state", "no LowState received")
+        age = now - rx_time
+        if age > self.stale_s:
+            return Trip("stale_state", f"latest LowState is {age * 1e3:.0f} ms old (limit {self.stale_s * 1e3:.0f} ms)")
+        if tick is not None:
+            if tick != self._tick:
+                self._tick, self._tick_changed_at = tick, now
+            elif now - self._tick_changed_at > self.tick_stall_s:
+                return Trip("stale_state", f"LowState.tick stuck at {tick} for "
+                                           f"{(now - self._tick_changed_at) * 1e3:.0f} ms")
+        return None
+
+
+class DeadlineWatchdog:
+    """Counts missed deadlines (woke more than one period late); trips when far behind."""
+
+    def __init__(self, period: float, max_lateness_s: float) -> None:
+        self.period, self.max_lateness_s = period, max_lateness_s
+        self.misses = 0
+
+    def check(self, lateness: float) -> Trip | None:
+        if lateness > self.period:
+            self.misses += 1
+        if lateness > self.max_lateness_s:
+            return Trip("deadline", f"control loop {lateness * 1e3:.0f} ms behind its deadline "
+                                    f"(limit {self.max_lateness_s * 1e3:.0f} ms)")
+        return None
+
+
+class SafetyMonitor:
+    """The one gate between the controller and the motors.
+
+    step(...) -> Command: damping once latched; zero torque when no targets are proposed; otherwise
+    the proposed targets projected onto the admissible set (safety.limits.safe_target). Every trip
+    is recorded in `events` as {time, kind, detail}."""
+
+    def __init__(self, limits: Limits | None = None, watchdog: WatchdogConfig = WatchdogConfig(),
+                 period: float = g1.COMMAND_DT, t0: float = 0.0) -> None:
+        self.limits = limits or Limits.default(command_dt=period)
+        self.cfg = watchdog
+        self.latch = EStopLatch()
+        self.stale = StaleStateWatchdog(watchdog.stale_s, watchdog.tick_stall_s)
+        self.deadline = DeadlineWatchdog(period, watchdog.max_lateness_s)
+        self.events: list[dict] = []
+        self.prev_target: np.ndarray | None = None
+        self.t0 = t0  # event times are reported relative to this
+        self._damping = damping_command(self.limits.damping_kd)
+
+    @property
+    def latched(self) -> bool:
+        return self.latch.latched
+
+    def trip(self, kind: str, detail: str, now: float) -> None:
+        if self.latch.set(Trip(kind, detail), now):
+            self.events.append({"time": round(float(now - self.t0), 6), "kind": kind, "detail": detail})
+
+    def reset_target(self, q: np.ndarray) -> None:
+        """Start rate limiting from the measured pose (entering a position-controlled state)."""
+        q = np.asarray(q, float)
+        self.prev_target = clamp_joint_limits(q if np.all(np.isfinite(q)) else np.zeros_like(q), self.limits)
+
+    def damping(self) -> Command:
+        return self._damping
+
+    def step(self, now: float, q, dq, quat, proposed, rx_time: float | None, tick: int | None,
+             lateness: float = 0.0, check_tilt: bool = True) -> Command:
+        if self.latched:
+            return self._damping
+        trip = self.stale.check(now, rx_time, tick) or self.deadline.check(lateness)
+        if trip is None:
+            if proposed is not None and self.prev_target is None:
+                self.reset_target(q)
+            prev = self.prev_target if self.prev_target is not None else np.zeros(g1.NUM_MOTORS)
+            out = check_command(np.asarray(q, float), np.asarray(dq, float), np.asarray(quat, float),
+                                proposed, prev, self.limits, check_tilt=check_tilt)
+            if isinstance(out, Command):
+                if out.kind == "position":
+                    self.prev_target = out.q
+                else:
+                    self.prev_target = None
+                return out
+            trip = out
+        self.trip(trip.kind, trip.detail, now)
+        return self._damping
+
+
+__all__ = ["WatchdogConfig", "EStopLatch", "StaleStateWatchdog", "DeadlineWatchdog", "SafetyMonitor"]
