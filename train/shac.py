@@ -205,7 +205,7 @@ class SHAC:
             return -ret.mean() / cfg.horizon, (env_state, traj)
 
         (loss, (env_state, traj)), grads = jax.value_and_grad(actor_loss, has_aux=True)(ts.actor)
-        grad_norm = optax.global_norm(grads)
+        grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(grad_norm) & jnp.isfinite(loss)
         # a non-finite gradient skips the update (counted); the caller stops after repeated NaNs
         grads = jax.tree.map(lambda g: jnp.where(finite, g, 0.0), grads)
@@ -261,6 +261,21 @@ class SHAC:
             metrics[k] = jnp.mean(v)
         ts = TrainState(actor, critics, target, actor_opt, critic_opt, norm, env_state, rng, ts.iteration + 1)
         return ts, metrics
+
+
+def env_sharding(num_envs: int):
+    """Shard the env axis over every JAX device (more GPUs -> more envs, same command).
+
+    Returns None on a single device. The env count must divide evenly.
+    """
+    devices = jax.devices()
+    if len(devices) == 1:
+        return None
+    if num_envs % len(devices):
+        raise ValueError(f"num_envs={num_envs} is not divisible by the {len(devices)} JAX devices; "
+                         f"use a multiple of {len(devices)}")
+    mesh = jax.sharding.Mesh(np.array(devices), ("env",))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("env"))
 
 
 def to_numpy_tree(tree):

@@ -1,0 +1,91 @@
+"""Run folders: config saved with the run, metrics.csv appended per iteration, curves.png."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime as _dt
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import yaml
+
+RUNS_ROOT = Path(__file__).resolve().parent.parent / "runs"
+
+
+def new_run_dir(motion: str, root: Path = RUNS_ROOT, tag: str = "") -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    d = root / motion / (stamp + (f"-{tag}" if tag else ""))
+    (d / "checkpoints").mkdir(parents=True, exist_ok=False)
+    return d
+
+
+def _plain(x: Any) -> Any:
+    if dataclasses.is_dataclass(x):
+        return {f.name: _plain(getattr(x, f.name)) for f in dataclasses.fields(x)}
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, (np.generic,)):
+        return x.item()
+    return x
+
+
+def save_config(run_dir: Path, config: dict) -> None:
+    (Path(run_dir) / "config.yaml").write_text(yaml.safe_dump(_plain(config), sort_keys=False))
+
+
+def load_config(run_dir: Path) -> dict:
+    p = Path(run_dir) / "config.yaml"
+    if not p.is_file():
+        raise FileNotFoundError(f"{p} not found: is {run_dir} a training run folder (runs/<motion>/<stamp>)?")
+    return yaml.safe_load(p.read_text())
+
+
+class MetricsLog:
+    """Append-only CSV; the header is fixed by the first row written (resume keeps appending)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.fields: list[str] | None = None
+        if self.path.is_file():
+            with self.path.open() as f:
+                self.fields = next(csv.reader(f), None)
+
+    def append(self, row: dict) -> None:
+        new = self.fields is None
+        if new:
+            self.fields = list(row)
+        with self.path.open("a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore")
+            if new:
+                w.writeheader()
+            w.writerow({k: row.get(k, "") for k in self.fields})
+
+    def read(self) -> dict[str, np.ndarray]:
+        with self.path.open() as f:
+            rows = list(csv.DictReader(f))
+        return {k: np.array([float(r[k]) if r[k] not in ("", None) else np.nan for r in rows]) for k in (self.fields or [])}
+
+
+def plot_curves(metrics_csv: Path, out_png: Path, keys: Iterable[str] = ("reward", "episode_len", "falls", "actor_loss",
+                                                                          "critic_loss", "grad_norm")) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = MetricsLog(metrics_csv).read()
+    keys = [k for k in keys if k in data]
+    x = data.get("iteration", np.arange(len(next(iter(data.values())))) if data else np.arange(0))
+    fig, axes = plt.subplots(len(keys), 1, figsize=(7, 1.8 * max(len(keys), 1)), sharex=True, squeeze=False)
+    for ax, k in zip(axes[:, 0], keys):
+        ax.plot(x, data[k], lw=1)
+        ax.set_ylabel(k, fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("iteration")
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=90)
+    plt.close(fig)
+    return Path(out_png)
