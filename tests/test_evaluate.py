@@ -1,0 +1,64 @@
+"""Sim-to-sim evaluation (train/evaluate.py) on the committed `stand` artifact."""
+import json
+
+import numpy as np
+import pytest
+
+from policies import artifact as A
+from train import evaluate as EV
+
+
+def test_stand_artifact_does_not_fall_and_writes_eval_json(tmp_path):
+    cfg = EV.EvalConfig(episodes=2, duration_s=1.0, hold_s=0.5, video=False)
+    summary, out = EV.evaluate("stand", cfg, out_root=tmp_path, progress=False)
+    data = json.loads((out / "eval.json").read_text())
+    for key in ("episodes", "falls", "apex_foot_clearance_m", "tracking_error_cm", "penetration_mm"):
+        assert key in data
+    assert data["episodes"] == 2 and data["falls"] == 0 and data["stood_at_end"] == 2
+    assert data["apex_foot_clearance_m"] is None  # stand has no flight
+    assert data["tracking_error_cm"] < 3.0  # holding the default pose
+    assert 0 <= data["penetration_mm"] < 10
+    assert (out / "eval.png").is_file()
+    # the per-episode randomisation is seeded and differs between episodes
+    d0, d1 = (e["dr"] for e in data["per_episode"])
+    assert d0["friction"] != d1["friction"]
+    table = EV.format_table(summary)
+    assert "falls 0" in table
+
+
+def test_same_seed_same_result(tmp_path):
+    cfg = EV.EvalConfig(episodes=1, duration_s=0.4, hold_s=0.0, video=False, seed=7)
+    a, _ = EV.evaluate("stand", cfg, out_root=tmp_path / "a", progress=False)
+    b, _ = EV.evaluate("stand", cfg, out_root=tmp_path / "b", progress=False)
+    assert a["per_episode"][0]["tracking_error_cm"] == b["per_episode"][0]["tracking_error_cm"]
+
+
+def test_unknown_motion_lists_available_artifacts(capsys):
+    with pytest.raises(EV.EvalError) as e:
+        EV.resolve_artifact("moonwalk")
+    assert "moonwalk" in str(e.value) and "stand" in str(e.value)
+    assert EV.main(["--motion", "moonwalk", "--no-video"]) == 2
+    assert "available artifacts" in capsys.readouterr().err
+
+
+def test_reference_fk_matches_stance(tmp_path):
+    """The tracking metric's reference: home pose FK puts the feet where the model's home keyframe does."""
+    sim = EV._Sim()
+    art = A.load_artifact(A.artifact_dir("stand"))
+    T = art.ref_q.shape[0]
+    base = np.stack([np.zeros(T), np.zeros(T), art.ref_height], 1)
+    ref = EV.reference_key_positions(sim, art.ref_q[:2].astype(float), base[:2])
+    sim.reset()
+    np.testing.assert_allclose(ref[0], sim.d.xpos[sim.key_bodies], atol=1e-5)
+
+
+def test_video_or_notice(tmp_path, capsys):
+    cfg = EV.EvalConfig(episodes=1, duration_s=0.2, hold_s=0.0, video=True, video_fps=10)
+    summary, out = EV.evaluate("stand", cfg, out_root=tmp_path, progress=False)
+    if summary["video"] is None:
+        assert "skipping the video" in capsys.readouterr().out
+    else:
+        from PIL import Image
+
+        with Image.open(summary["video"]) as im:
+            assert im.n_frames >= 2 and im.size == (320, 240)
