@@ -92,7 +92,10 @@ def zero_torque_command() -> Command:
 
 
 def all_finite(*arrays) -> bool:
-    return all(bool(np.all(np.isfinite(a))) for a in arrays)
+    for a in arrays:
+        if not np.isfinite(a).all():
+            return False
+    return True
 
 
 def clamp_joint_limits(q_target: np.ndarray, limits: Limits) -> np.ndarray:
@@ -103,11 +106,13 @@ def torque_interval(q: np.ndarray, dq: np.ndarray, kp: np.ndarray, kd: np.ndarra
     """Targets q* with |kp (q* - q) - kd dq| <= tau_max: [q + (kd dq - tau_max)/kp, q + (kd dq + tau_max)/kp].
 
     For kp = 0 every target is admissible (the interval is the whole line)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        pos = kp > 0
-        kp_safe = np.where(pos, kp, 1.0)
-        lo = np.where(pos, q + (kd * dq - tau_max) / kp_safe, -np.inf)
-        hi = np.where(pos, q + (kd * dq + tau_max) / kp_safe, np.inf)
+    pos = kp > 0
+    if pos.all():  # the usual case (every G1 gain is positive): no masking needed
+        c = kd * dq
+        return q + (c - tau_max) / kp, q + (c + tau_max) / kp
+    kp_safe = np.where(pos, kp, 1.0)
+    lo = np.where(pos, q + (kd * dq - tau_max) / kp_safe, -np.inf)
+    hi = np.where(pos, q + (kd * dq + tau_max) / kp_safe, np.inf)
     return lo, hi
 
 
@@ -125,18 +130,17 @@ def safe_target(proposed: np.ndarray, q: np.ndarray, dq: np.ndarray, prev: np.nd
     Feasible set F = soft limits  n  [prev - max_step, prev + max_step]  (never empty).
     Torque set   T = torque_interval(q, dq).  If F n T is non-empty the result is the projection of
     `proposed` onto it; otherwise it is the point of F nearest to T (least implied torque)."""
-    prev = clamp_joint_limits(prev, limits)  # defensive: keeps F non-empty even for a bad prev
-    r_lo, r_hi = rate_interval(prev, limits)
-    f_lo = np.maximum(limits.q_min, r_lo)
-    f_hi = np.minimum(limits.q_max, r_hi)
+    prev = np.minimum(np.maximum(prev, limits.q_min), limits.q_max)  # defensive: F stays non-empty
+    f_lo = np.maximum(limits.q_min, prev - limits.max_step)
+    f_hi = np.minimum(limits.q_max, prev + limits.max_step)
     t_lo, t_hi = torque_interval(q, dq, limits.kp, limits.kd, limits.torque)
     lo = np.maximum(f_lo, t_lo)
     hi = np.minimum(f_hi, t_hi)
     empty = lo > hi
-    # empty: T lies entirely on one side of F -> take F's end nearest to it
-    lo = np.where(empty, np.where(t_hi < f_lo, f_lo, f_hi), lo)
-    hi = np.where(empty, lo, hi)
-    return np.clip(proposed, lo, hi)
+    if empty.any():  # T lies entirely on one side of F -> take F's end nearest to it
+        lo = np.where(empty, np.where(t_hi < f_lo, f_lo, f_hi), lo)
+        hi = np.where(empty, lo, hi)
+    return np.minimum(np.maximum(proposed, lo), hi)
 
 
 def tilt_angle(quat: np.ndarray) -> float:

@@ -1,0 +1,1 @@
+"""Deploy runtime: DDS link, control loop and state machine, state estimator, sim bridge, logging."""

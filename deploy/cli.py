@@ -1,0 +1,171 @@
+"""`make deploy ROBOT=sim|g1 MOTION=<m> [NET_IF=<iface>]`
+
+    python -m deploy.cli --robot sim --motion stand          # dry run: bridge + loop with --auto
+    python -m deploy.cli --robot g1 --net-if eth0 --motion jump
+
+sim: starts the sim bridge (DDS domain 1 on lo) in a subprocess, runs pre-flight and the whole
+     sequence with --auto (PASSIVE -> STAND_UP -> HOLD -> band released -> POLICY -> HOLD), stops
+     the bridge, prints the summary and its path.
+g1:  the real robot, DDS domain 0 on --net-if; asks for an interactive confirmation; buttons on the
+     remote drive the state machine (Start, A; Select or L2+B = damping). Ctrl-C = damping; a
+     second Ctrl-C exits. --auto on the real robot needs --i-know-this-is-a-real-robot.
+
+Exit codes: 0 run finished outside DAMPING, 1 run ended in DAMPING (see safety_events),
+2 usage / artifact / pre-flight error (nothing was commanded).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import signal
+import sys
+from pathlib import Path
+
+from deploy import protocol
+from deploy.preflight import PreflightError
+from policies.artifact import POLICY_ROOT, YAML_NAME, available_motions
+
+EXIT_OK, EXIT_DAMPING, EXIT_PREFLIGHT = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m deploy.cli", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--robot", choices=("sim", "g1"), default="sim")
+    p.add_argument("--motion", default="stand", help="policies/g1/<motion> (default: stand)")
+    p.add_argument("--policy-dir", default=None, help="an artifact directory (overrides --motion)")
+    p.add_argument("--net-if", default=None, help="network interface (g1: required; sim: lo)")
+    p.add_argument("--domain", type=int, default=None, help="DDS domain (g1: 0, sim: 1)")
+    p.add_argument("--auto", dest="auto", action="store_true", default=None,
+                   help="advance the state machine without a remote (default for sim)")
+    p.add_argument("--no-auto", dest="auto", action="store_false", help="sim: wait for (virtual) remote buttons")
+    p.add_argument("--i-know-this-is-a-real-robot", dest="real_confirmed", action="store_true",
+                   help="allow --auto on the real robot")
+    p.add_argument("--yes", action="store_true", help=argparse.SUPPRESS)  # confirmation for scripted g1 runs
+    p.add_argument("--no-bridge", action="store_true", help="sim: use an already running bridge")
+    p.add_argument("--bridge-args", default="", help='sim: extra sim bridge flags, e.g. "--lockstep"')
+    p.add_argument("--state-timeout", type=float, default=3.0, help="pre-flight: seconds to wait for LowState")
+    p.add_argument("--stand-up-s", type=float, default=2.5)
+    p.add_argument("--max-run-s", type=float, default=None, help="end the loop after this many seconds")
+    p.add_argument("--run-root", default=None, help="where runs/deploy/<stamp>/ goes")
+    p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="print only the summary path")
+    return p
+
+
+def resolve_policy_dir(motion: str, policy_dir: str | None) -> Path:
+    if policy_dir:
+        return Path(policy_dir)
+    d = POLICY_ROOT / motion
+    if not (d / YAML_NAME).is_file():
+        avail = available_motions()
+        raise PreflightError(
+            f"no policy for motion {motion!r}: {d} does not exist (or has no {YAML_NAME}). "
+            f"Available motions: {', '.join(avail) if avail else 'none'}. Train and export it with "
+            f"`make train MOTION={motion}`, or run `make deploy MOTION=stand` "
+            "(regenerate that one with `python -m policies.stand`).")
+    return d
+
+
+def confirm_real_robot(args) -> None:
+    msg = (f"About to command the REAL G1 on interface {args.net_if}, DDS domain {args.domain}.\n"
+           "  - robot hanging on its gantry, area clear, e-stop at hand (remote Select or L2+B = damping)\n"
+           "  - locomotion service released (remote L2+R2 debug mode)\n"
+           "Type 'yes' to continue: ")
+    if args.yes:
+        return
+    if not sys.stdin.isatty():
+        raise PreflightError("ROBOT=g1 needs an interactive confirmation (stdin is not a terminal); refusing")
+    if input(msg).strip().lower() != "yes":
+        raise PreflightError("not confirmed; nothing was commanded")
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    echo = (lambda s: None) if args.quiet else (lambda s: print(s, flush=True))
+    try:
+        policy_dir = resolve_policy_dir(args.motion, args.policy_dir)
+        if args.robot == "g1":
+            if not args.net_if:
+                raise PreflightError("ROBOT=g1 needs the robot's network interface: make deploy ROBOT=g1 "
+                                     "NET_IF=<iface> (the one with a 192.168.123.x address)")
+            args.domain = protocol.ROBOT_DOMAIN if args.domain is None else args.domain
+            if args.domain != protocol.ROBOT_DOMAIN:
+                raise PreflightError(f"the real G1 talks on DDS domain {protocol.ROBOT_DOMAIN}, not {args.domain}")
+            if args.auto and not args.real_confirmed:
+                raise PreflightError("--auto drives the real robot without a remote; add "
+                                     "--i-know-this-is-a-real-robot if that is really what you want")
+            args.auto = bool(args.auto)
+        else:
+            args.net_if = args.net_if or protocol.SIM_INTERFACE
+            args.domain = protocol.SIM_DOMAIN if args.domain is None else args.domain
+            args.auto = True if args.auto is None else args.auto
+        # fail before starting anything: artifact and interface
+        from deploy.preflight import check_artifact, check_interface
+
+        check_artifact(policy_dir)
+        check_interface(args.net_if)
+        if args.robot == "g1":
+            confirm_real_robot(args)
+    except PreflightError as e:
+        print(f"deploy: error: {e}", file=sys.stderr, flush=True)
+        return EXIT_PREFLIGHT
+
+    from deploy.loop import LoopConfig, run
+
+    cfg = LoopConfig(
+        policy_dir=str(policy_dir), domain=args.domain, interface=args.net_if, sim=args.robot == "sim",
+        auto=args.auto, stand_up_s=args.stand_up_s, state_timeout_s=args.state_timeout, max_run_s=args.max_run_s,
+        exit_on_damping=args.auto or args.robot == "sim", run_root=args.run_root, plot=not args.no_plot,
+        ground_truth=args.robot == "sim",
+    )
+    holder = {}
+
+    def on_sigint(signum, frame):
+        loop = holder.get("loop")
+        if loop is None:
+            raise KeyboardInterrupt
+        if holder.get("sigints", 0) == 0:
+            holder["sigints"] = 1
+            loop.request_damping("sigint")
+            echo("[deploy] Ctrl-C: DAMPING (latched). Ctrl-C again to exit.")
+        else:
+            loop.stop()
+
+    signal.signal(signal.SIGINT, on_sigint)
+    bridge_ctx = None
+    try:
+        if args.robot == "sim" and not args.no_bridge:
+            from deploy.sim_bridge import launch_bridge_process
+
+            echo(f"[deploy] starting the sim bridge (domain {args.domain}, {args.net_if}) ...")
+            bridge_ctx = launch_bridge_process(["--gt-decimation", "5", *shlex.split(args.bridge_args)], domain=args.domain,
+                                               interface=args.net_if)
+            bridge_ctx.__enter__()
+        summary = run(cfg, echo=echo, on_loop=lambda loop: holder.__setitem__("loop", loop))
+    except PreflightError as e:
+        print(f"deploy: error: {e}", file=sys.stderr, flush=True)
+        return EXIT_PREFLIGHT
+    except Exception as e:  # the bridge did not start, or DDS failed before any command
+        if type(e).__name__ != "BridgeLaunchError":
+            raise
+        print(f"deploy: error: the sim bridge did not start: {e}", file=sys.stderr, flush=True)
+        return EXIT_PREFLIGHT
+    except KeyboardInterrupt:
+        print("deploy: interrupted before the first command; nothing was commanded", file=sys.stderr)
+        return EXIT_PREFLIGHT
+    finally:
+        if bridge_ctx is not None:
+            bridge_ctx.__exit__(None, None, None)
+    if not args.quiet:
+        keys = ("final_state", "states_visited", "ticks", "deadline_misses", "safety_events", "compute_ms_p50",
+                "compute_ms_p99", "stream_period_error_p50", "stream_period_error_p99", "fell",
+                "estimator_base_vel_rmse_mps", "estimator_base_height_rmse_m", "estop_to_damping_s")
+        print(json.dumps({k: summary.get(k) for k in keys}, indent=2))
+    print(f"summary: {Path(summary['run_dir']) / 'summary.json'}", flush=True)
+    return EXIT_DAMPING if summary["final_state"] == "DAMPING" else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

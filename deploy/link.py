@@ -1,0 +1,285 @@
+"""DDS link to the robot (or the sim bridge): latest LowState in a lock-protected buffer with its
+receive time, and a LowCmd writer (CRC filled, mode_machine copied from LowState, mode_pr 0,
+motor mode 1 on the 29 motors).
+
+DDS is initialised through unitree_sdk2py (`deploy.protocol.init_dds`, the process-wide
+ChannelFactory) with the SDK's IDL types. Reading and writing use cyclonedds entities on the same
+domain directly so the wire bytes can be handled without cyclonedds' Python (de)serializer: a
+LowState_ is ~2 kB with 35 nested structs and costs ~0.5 ms to deserialize in Python, too much
+to do 500 times a second beside the control loop. `protocol.lowstate_record_from_cdr` and
+`protocol.lowcmd_wire_sample` are byte-exact with the SDK's encoding (tested by the bridge).
+"""
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from deploy import protocol
+from robots import g1
+from safety import Command
+
+
+# ----------------------------------------------------------------------------- fast CRC / codec
+# protocol.struct_crc feeds unitree's bitwise C CRC through ctypes: ~100 us for a LowState, twice
+# per 2 ms tick here. CRC-32/MPEG-2 is the bit-mirror of zlib's reflected CRC-32, so zlib (table
+# driven C) computes the same value in ~10 us: mpeg2(d) = rev32(~crc32(rev8(d))) with the same
+# initial register. tests/test_deploy_units.py checks it against protocol.struct_crc.
+_REV8 = bytes(int(f"{i:08b}"[::-1], 2) for i in range(256))
+
+
+def fast_struct_crc(record: np.ndarray) -> int:
+    """Same value as protocol.struct_crc (CRC over all 32-bit words but the trailing crc)."""
+    data = np.frombuffer(record.tobytes(), dtype="<u4")[:-1].byteswap().tobytes()
+    r = zlib.crc32(data.translate(_REV8)) ^ 0xFFFFFFFF
+    return int.from_bytes(r.to_bytes(4, "little").translate(_REV8), "big")
+
+
+def parse_lowstate(payload: bytes) -> protocol.LowStateArrays:
+    """protocol.lowstate_arrays(protocol.lowstate_record_from_cdr(payload)) with the fast CRC."""
+    rec = protocol.lowstate_record_from_cdr(payload)
+    n = g1.NUM_MOTORS
+    ms = rec["motor_state"]
+    imu = rec["imu_state"]
+    remote = rec["wireless_remote"].tobytes()
+    crc = int(rec["crc"])
+    return protocol.LowStateArrays(
+        tick=int(rec["tick"]), mode_machine=int(rec["mode_machine"]), mode_pr=int(rec["mode_pr"]),
+        q=ms["q"][:n].astype(np.float64), dq=ms["dq"][:n].astype(np.float64),
+        ddq=ms["ddq"][:n].astype(np.float64), tau_est=ms["tau_est"][:n].astype(np.float64),
+        quat=imu["quaternion"].astype(np.float64), gyro=imu["gyroscope"].astype(np.float64),
+        acc=imu["accelerometer"].astype(np.float64), rpy=imu["rpy"].astype(np.float64),
+        remote=protocol.decode_remote(remote), remote_bytes=remote, crc=crc, crc_ok=fast_struct_crc(rec) == crc,
+    )
+
+
+class LowCmdBuilder:
+    """A preallocated LowCmd_ record (protocol.LOWCMD_DTYPE): per tick only q, dq, tau, kp, kd of the
+    29 motors, mode_machine and the CRC change. Byte-identical to protocol.lowcmd_record(...)."""
+
+    def __init__(self) -> None:
+        self.rec = protocol.lowcmd_record(mode=protocol.MOTOR_MODE_ENABLE, mode_pr=g1.MODE_PR)
+        self._mc = self.rec["motor_cmd"]
+
+    def build(self, cmd: Command, mode_machine: int) -> np.ndarray:
+        n = g1.NUM_MOTORS
+        mc = self._mc
+        mc["q"][:n], mc["dq"][:n], mc["tau"][:n], mc["kp"][:n], mc["kd"][:n] = cmd.q, cmd.dq, cmd.tau, cmd.kp, cmd.kd
+        self.rec["mode_machine"] = mode_machine
+        self.rec["crc"] = fast_struct_crc(self.rec)
+        return self.rec
+
+
+class LinkError(RuntimeError):
+    """The link cannot be used as asked; the message says how to fix it."""
+
+
+class StateSample(NamedTuple):
+    state: protocol.LowStateArrays
+    rx_time: float  # time.monotonic() when the sample arrived
+    seq: int  # count of accepted samples so far (changes when a new sample arrives)
+
+
+def _take_raw(reader: Any, n: int = 32) -> list[bytes]:
+    """Raw XCDR payloads of up to n valid samples (no Python deserialization)."""
+    from cyclonedds._clayer import ddspy_take
+    from cyclonedds.core import InstanceState, SampleState, ViewState
+
+    ret = ddspy_take(reader._ref, SampleState.Any | ViewState.Any | InstanceState.Any, n)
+    if isinstance(ret, int):
+        return []
+    return [data for data, info in ret if info.valid_data]
+
+
+class Link:
+    """One per process. `latest()` is safe to call from the control thread at any rate."""
+
+    def __init__(self, domain: int, interface: str | None) -> None:
+        from cyclonedds.core import Listener
+        from cyclonedds.domain import DomainParticipant
+        from cyclonedds.qos import Policy, Qos
+        from cyclonedds.sub import DataReader
+        from cyclonedds.topic import Topic
+        from unitree_sdk2py.idl.unitree_hg.msg.dds_ import LowCmd_, LowState_
+
+        protocol.init_dds(domain, interface)  # raises DDSInitError with the fix (interface list, ...)
+        self.domain, self.interface = domain, interface
+        self.participant = DomainParticipant(domain)
+        self._state_topic = Topic(self.participant, protocol.TOPIC_LOWSTATE, LowState_)
+        self._cmd_topic = Topic(self.participant, protocol.TOPIC_LOWCMD, LowCmd_)
+        self._lock = threading.Lock()
+        self._raw: bytes | None = None
+        self._rx_time = 0.0
+        self._seq = 0
+        self.crc_errors = 0
+        self.parse_errors = 0
+        self._parsed: StateSample | None = None
+        self._writer = None
+        self._builder = LowCmdBuilder()
+        self._cmd_reader = None
+        self._cmd_seen = 0
+        qos = Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(1))
+        self._reader = DataReader(self.participant, self._state_topic, qos,
+                                  Listener(on_data_available=self._on_state))
+        # A reader on rt/lowcmd to find other publishers (pre-flight); created now so discovery
+        # has run by the time the check looks.
+        self._cmd_reader = DataReader(self.participant, self._cmd_topic, qos,
+                                      Listener(on_data_available=self._on_foreign_cmd))
+
+    # ------------------------------------------------------------------ LowState
+    def _on_state(self, reader: Any) -> None:
+        payloads = _take_raw(reader)
+        if not payloads:
+            return
+        now = time.monotonic()
+        with self._lock:
+            self._raw, self._rx_time = payloads[-1], now
+            self._seq += len(payloads)
+
+    def latest(self) -> StateSample | None:
+        """The newest LowState with a valid CRC (parsed once per new sample), or None."""
+        with self._lock:
+            raw, rx, seq = self._raw, self._rx_time, self._seq
+        if raw is None:
+            return None
+        if self._parsed is not None and self._parsed.seq == seq:
+            return self._parsed
+        try:
+            st = parse_lowstate(raw)
+        except ValueError:
+            self.parse_errors += 1
+            return self._parsed
+        if not st.crc_ok:
+            self.crc_errors += 1
+            return self._parsed  # a corrupt sample is dropped; the watchdog sees the age grow
+        self._parsed = StateSample(st, rx, seq)
+        return self._parsed
+
+    def wait_state(self, timeout: float) -> StateSample | None:
+        end = time.monotonic() + timeout
+        while True:
+            s = self.latest()
+            if s is not None or time.monotonic() >= end:
+                return s
+            time.sleep(0.005)
+
+    def state_rate(self, window: float = 0.5) -> float:
+        """LowState samples per second, counted over `window` seconds."""
+        with self._lock:
+            s0 = self._seq
+        time.sleep(window)
+        with self._lock:
+            return (self._seq - s0) / window
+
+    # ------------------------------------------------------------------ rt/lowcmd publishers
+    def _on_foreign_cmd(self, reader: Any) -> None:
+        self._cmd_seen += len(_take_raw(reader))
+
+    def other_lowcmd_publishers(self, listen_s: float = 0.3) -> tuple[int, int]:
+        """(matched writers on rt/lowcmd other than ours, LowCmd samples heard in listen_s)."""
+        seen0 = self._cmd_seen
+        time.sleep(listen_s)
+        handles = self._cmd_reader.get_matched_publications()
+        ours = 0
+        if self._writer is not None:
+            ours = 1
+        return max(0, len(handles) - ours), self._cmd_seen - seen0
+
+    def stop_listening_lowcmd(self) -> None:
+        """After pre-flight: the rt/lowcmd reader would only hear our own commands."""
+        r, self._cmd_reader = self._cmd_reader, None
+        if r is not None:
+            r.__del__()
+
+    # ------------------------------------------------------------------ LowCmd
+    def open_writer(self) -> None:
+        """Create the rt/lowcmd writer (only after pre-flight: before this no command can leave)."""
+        from cyclonedds.pub import DataWriter
+
+        if self._writer is None:
+            self._writer = DataWriter(self.participant, self._cmd_topic)
+
+    def lowcmd_subscribers(self) -> int:
+        return len(self._writer.get_matched_subscriptions()) if self._writer is not None else 0
+
+    def send(self, cmd: Command, mode_machine: int) -> float:
+        """Write one LowCmd (29 motors enabled, CRC filled); returns time.monotonic() after the write."""
+        if self._writer is None:
+            raise LinkError("LowCmd writer not opened: pre-flight must pass first")
+        rec = self._builder.build(cmd, int(mode_machine))
+        self._writer.write(protocol.lowcmd_wire_sample(rec))
+        return time.monotonic()
+
+    def close(self) -> None:
+        for name in ("_writer", "_reader", "_cmd_reader"):
+            ent = getattr(self, name, None)
+            setattr(self, name, None)
+            if ent is not None:
+                try:
+                    ent.__del__()  # delete the DDS entity now, not at garbage collection
+                except Exception:  # noqa: BLE001 - best effort at shutdown
+                    pass
+
+
+class LowCmdObserver:
+    """Counts and keeps recent LowCmds on rt/lowcmd (tests and benchmarks use it to prove what did
+    or did not leave the loop). Needs DDS initialised in this process on the loop's domain."""
+
+    def __init__(self, domain: int, keep: int = 100000) -> None:
+        import collections
+
+        from cyclonedds.core import Listener
+        from cyclonedds.domain import DomainParticipant
+        from cyclonedds.qos import Policy, Qos
+        from cyclonedds.sub import DataReader
+        from cyclonedds.topic import Topic
+        from unitree_sdk2py.idl.unitree_hg.msg.dds_ import LowCmd_
+
+        self.participant = DomainParticipant(domain)
+        topic = Topic(self.participant, protocol.TOPIC_LOWCMD, LowCmd_)
+        self._lock = threading.Lock()
+        self.samples: collections.deque = collections.deque(maxlen=keep)  # (rx_time, record)
+        self.count = 0
+        qos = Qos(Policy.Reliability.Reliable(protocol_duration(1.0)), Policy.History.KeepLast(64))
+        self.reader = DataReader(self.participant, topic, qos, Listener(on_data_available=self._on))
+
+    def _on(self, reader: Any) -> None:
+        now = time.monotonic()
+        for raw in _take_raw(reader, 64):
+            try:
+                rec = protocol.lowcmd_record_from_cdr(raw)
+            except ValueError:
+                continue
+            with self._lock:
+                self.samples.append((now, rec))
+                self.count += 1
+
+    def snapshot(self) -> list[tuple[float, np.ndarray]]:
+        with self._lock:
+            return list(self.samples)
+
+    def first_damping_after(self, t0: float) -> float | None:
+        """time.monotonic() of the first damping LowCmd (kp = 0, kd > 0 on every motor) after t0."""
+        for t, rec in self.snapshot():
+            if t >= t0 and is_damping_record(rec):
+                return t
+        return None
+
+    def close(self) -> None:
+        r, self.reader = self.reader, None
+        if r is not None:
+            r.__del__()
+
+
+def protocol_duration(seconds: float) -> int:
+    from cyclonedds.util import duration
+
+    return duration(seconds=seconds)
+
+
+def is_damping_record(rec: np.ndarray) -> bool:
+    mc = rec["motor_cmd"][: g1.NUM_MOTORS]
+    return bool(np.all(mc["kp"] == 0) and np.all(mc["kd"] > 0))

@@ -1,0 +1,508 @@
+"""The deploy control loop: LowState -> estimator -> observation -> ONNX -> safety -> LowCmd.
+
+One thread, scheduled against absolute deadlines (command stream every g1.COMMAND_DT = 2 ms,
+the policy on every 10th command tick = g1.CONTROL_DT); a late wake-up skips the missed slots
+instead of bursting, and never sleeps a full period after its work. Every command passes through
+`safety.SafetyMonitor`, whose latch turns every later command into damping.
+
+Programmatic use (the CLI is a thin wrapper):
+
+    from deploy.loop import LoopConfig, run
+    summary = run(LoopConfig(policy_dir="policies/g1/stand", domain=1, interface="lo", sim=True, auto=True))
+    summary["final_state"], summary["run_dir"]
+"""
+from __future__ import annotations
+
+import dataclasses
+import gc
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from deploy import protocol
+from deploy.estimator import Estimator, EstimatorConfig
+from deploy.link import Link
+from deploy.log import Columns, new_run_dir, pct, plot_run, write_json
+from deploy.policy_runner import PolicyRunner
+from deploy.preflight import PreflightError, check_artifact, open_link, run_preflight
+from deploy.state_machine import AutoScript, ButtonEdges, State, StateMachine, estop_requested
+from policies.artifact import Artifact
+from robots import g1
+from safety import Limits, SafetyMonitor, WatchdogConfig, tilt_angle
+from safety.limits import TILT_LIMIT
+
+STATES = [s.value for s in State]
+DECIMATION = int(round(g1.CONTROL_DT / g1.COMMAND_DT))  # command ticks per policy tick (10)
+FELL_HEIGHT = 0.45  # m: pelvis below this (ground truth) = fallen (standing: 0.785 m)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+    policy_dir: str
+    domain: int = protocol.SIM_DOMAIN
+    interface: str | None = protocol.SIM_INTERFACE
+    sim: bool = True  # the peer is the sim bridge: its band / ground-truth topics may be used
+    auto: bool = False  # advance PASSIVE -> ... -> HOLD without a remote (AutoScript)
+    stand_up_s: float = 2.5  # linear blend from the measured pose to the default pose
+    hold_blend_s: float = 0.5  # blend from the last policy target back to the default pose
+    band_release_s: float = 0.3  # sim + auto: release the bridge's elastic band this long into HOLD
+    script: AutoScript = AutoScript()
+    watchdog: WatchdogConfig = WatchdogConfig()
+    state_timeout_s: float = 3.0  # pre-flight: wait this long for the first LowState
+    preflight_listen_s: float = 0.5  # pre-flight: listen this long for other rt/lowcmd publishers
+    max_run_s: float | None = None  # hard stop of the main loop (event "timeout")
+    damping_linger_s: float = 1.0  # after entering DAMPING keep streaming it this long, then end
+    exit_on_damping: bool = True  # False: stream damping until stop() (second Ctrl-C)
+    shutdown_damping_s: float = 0.2  # at the end of a run that was not damping: stream damping this long
+    run_root: str | None = None  # default runs/deploy
+    plot: bool = True
+    estimator: EstimatorConfig = EstimatorConfig()
+    ground_truth: bool = True  # sim: subscribe to the bridge's ground truth for the summary
+    realtime_priority: int = 10  # SCHED_FIFO priority of the loop thread when permitted (0: leave as is)
+
+
+class ControlLoop:
+    """Owns the state machine, safety monitor, estimator, policy runner and the per-tick log."""
+
+    def __init__(self, cfg: LoopConfig, art: Artifact, link: Link, runner: PolicyRunner | None = None,
+                 sim_client: Any = None, echo: Callable[[str], None] = print) -> None:
+        self.cfg, self.art, self.link = cfg, art, link
+        self.runner = runner or PolicyRunner(art)
+        self.sim = sim_client
+        self.echo = echo
+        self.estimator = Estimator(cfg.estimator)
+        self.sm = StateMachine()
+        self.edges = ButtonEdges()
+        self.monitor: SafetyMonitor | None = None
+        self._stop = threading.Event()
+        self._sigint = threading.Event()
+        self.events: list[dict] = []
+        self.ticks = Columns(_tick_fields())
+        self.pol = Columns(_policy_fields(self.runner.n_obs))
+        self.motions_done = 0
+        self.mode_machine = g1.MODE_MACHINE_29DOF_REV1
+        self._estop_press_t: float | None = None
+        self.estop_latency_s: float | None = None
+        self._band_released = False
+        self._band_release_t: float | None = None
+
+    # ------------------------------------------------------------------ external requests
+    def request_damping(self, reason: str = "sigint") -> None:
+        """Thread/signal safe: the next tick enters DAMPING."""
+        self._sigint_reason = reason
+        self._sigint.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def note(self, t: float, kind: str, detail: str) -> None:
+        self.events.append({"time": round(float(t), 6), "kind": kind, "detail": detail})
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> dict:
+        cfg = self.cfg
+        dt = g1.COMMAND_DT
+        gc.collect()
+        gc.freeze()  # long-lived objects out of the collector's way: shorter pauses during the loop
+        self.scheduling = _realtime_scheduling(cfg.realtime_priority)
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(0.0005)  # GIL handoff to the loop within 0.5 ms (default 5 ms) when DDS threads run
+        self.link.open_writer()
+        t0 = time.monotonic()
+        self.t0 = t0
+        self.monitor = SafetyMonitor(Limits.default(), cfg.watchdog, period=dt, t0=t0)
+        self.note(0.0, "start", f"policy {self.art.spec.motion.name}, domain {self.link.domain}, "
+                                f"interface {self.link.interface}, auto={cfg.auto}")
+        self._state_q0 = None
+        self._hold_from = g1.DEFAULT_JOINT_POS.copy()
+        self._policy_target = g1.DEFAULT_JOINT_POS.copy()
+        self._policy_k0 = 0
+        self._last_step = -1
+        self._last_seq = -1
+        self._est = None
+        self._damping_since: float | None = None
+        end_reason = "stopped"
+        k = 0
+        try:
+            while True:
+                deadline = t0 + k * dt
+                now = time.monotonic()
+                if deadline > now:
+                    time.sleep(deadline - now)
+                wake = time.monotonic()
+                self._tick(k, wake, wake - deadline)
+                t = wake - t0
+                reason = self._should_end(t)
+                if reason:
+                    end_reason = reason
+                    break
+                # next slot: the following deadline, skipping any already missed (no catch-up burst)
+                k = max(k + 1, int((time.monotonic() - t0) / dt) + 1)
+        finally:
+            final_state = self.sm.state.value
+            end_t = time.monotonic() - t0
+            self.note(end_t, "end", end_reason)
+            if self.sm.state != State.DAMPING:
+                self._shutdown_damping(cfg.shutdown_damping_s)
+            gc.unfreeze()
+            sys.setswitchinterval(switch)
+        return self._finish(final_state, end_t)
+
+    def _should_end(self, t: float) -> str | None:
+        cfg = self.cfg
+        if self._stop.is_set():
+            return "stop requested"
+        if self.sm.state == State.DAMPING:
+            if self._damping_since is None:
+                self._damping_since = t
+            if cfg.exit_on_damping and t - self._damping_since >= cfg.damping_linger_s:
+                return "damping"
+            return None
+        if cfg.auto and cfg.script.finished(self.sm, t, self.motions_done):
+            return "auto sequence finished"
+        if cfg.max_run_s is not None and t > cfg.max_run_s:
+            return f"max_run_s {cfg.max_run_s:g} s reached"
+        return None
+
+    def _shutdown_damping(self, seconds: float) -> None:
+        """End of run in a non-damping state: hand the robot over in damping (a few ms of commands)."""
+        if self.monitor is None or seconds <= 0:
+            return
+        self.note(time.monotonic() - self.t0, "shutdown", f"damping for {seconds:g} s before exit")
+        end = time.monotonic() + seconds
+        k = 0
+        t_start = time.monotonic()
+        while time.monotonic() < end:
+            try:
+                self.link.send(self.monitor.damping(), self.mode_machine)
+            except Exception:  # noqa: BLE001 - nothing else to do at exit
+                return
+            k += 1
+            nxt = t_start + k * g1.COMMAND_DT
+            time.sleep(max(0.0, nxt - time.monotonic()))
+
+    # ------------------------------------------------------------------ one command tick
+    def _tick(self, k: int, wake: float, lateness: float) -> None:
+        t = wake - self.t0
+        mon = self.monitor
+        try:
+            self._tick_inner(k, wake, t, lateness)
+        except Exception as e:  # noqa: BLE001 - any exception -> damping, latched
+            mon.trip("exception", f"{type(e).__name__}: {e}", wake)
+            self.note(t, "exception", traceback.format_exc(limit=6))
+            self._enter_damping(t, "exception")
+            try:
+                sent = self.link.send(mon.damping(), self.mode_machine)
+                self.ticks.append(t=t, lateness=lateness, sent=sent - self.t0, state=_si(State.DAMPING),
+                                  cmd_q=0.0, cmd_kp=0.0, cmd_kd=mon.damping().kd)
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _tick_inner(self, k: int, wake: float, t: float, lateness: float) -> None:
+        cfg, sm, mon = self.cfg, self.sm, self.monitor
+        s = self.link.latest()
+        st = s.state
+        self.mode_machine = st.mode_machine or self.mode_machine
+        new = s.seq != self._last_seq
+        self._last_seq = s.seq
+        held = frozenset(protocol.button_names(st.remote.buttons))
+        pressed = self.edges.update(held) if new else frozenset()
+        t_est0 = time.monotonic()
+        # The estimator runs on every new LowState while its output is used: in POLICY (it is reset on
+        # entry, standing still in HOLD) and in the HOLD after a motion (for the log and the summary).
+        if new and (sm.state == State.POLICY or (sm.state == State.HOLD and self.motions_done > 0)):
+            self._est = self.estimator.update(st.tick * 1e-3, st.q, st.dq, st.quat, st.gyro, st.acc, st.tau_est)
+        est = self._est
+        t_est1 = time.monotonic()
+
+        # operator inputs: SIGINT, remote, auto script
+        if self._sigint.is_set() and sm.state != State.DAMPING:
+            reason = getattr(self, "_sigint_reason", "sigint")
+            mon.trip(reason, f"{reason} received", wake)
+            self._enter_damping(t, reason)
+        why = estop_requested(held, pressed)
+        if why and sm.state != State.DAMPING:
+            mon.trip("estop", f"remote {why}", wake)
+            self._estop_press_t = s.rx_time
+            self._enter_damping(t, f"remote {why}")
+        if cfg.auto:
+            pressed = pressed | cfg.script.presses(sm, t, self.motions_done)
+        before = sm.state
+        sm.on_buttons(t, held, pressed)
+        if sm.state != before:
+            self._on_enter(before, sm.state, t, k, st)
+
+        # what the current state wants
+        proposed = None
+        policy_out = None
+        t_pol0 = t_pol1 = time.monotonic()
+        if sm.state == State.STAND_UP:
+            a = min(1.0, sm.time_in_state(t) / cfg.stand_up_s)
+            proposed = self._state_q0 + a * (g1.DEFAULT_JOINT_POS - self._state_q0)
+            if a >= 1.0:
+                self._go(State.HOLD, t, k, st, "stand-up blend done")
+                self._hold_from = g1.DEFAULT_JOINT_POS.copy()
+        est = self._est  # (re)set on entering POLICY above
+        if sm.state == State.POLICY:
+            step = (k - self._policy_k0) // DECIMATION
+            if step != self._last_step and self.runner.done(step):
+                self.motions_done += 1
+                self._hold_from = self._policy_target.copy()
+                self._go(State.HOLD, t, k, st, f"motion ended after {step} policy steps")
+            elif step != self._last_step:
+                self._last_step = step
+                t_pol0 = time.monotonic()
+                policy_out = self.runner.step(step, st.q, st.dq, est.gyro, st.quat, est.base_lin_vel,
+                                              est.base_height)
+                t_pol1 = time.monotonic()
+                self._policy_target = policy_out.target
+                if est.flags.imu_rejected and est.flags.imu_bad_s > 0.05:
+                    mon.trip("imu_fault", f"IMU samples rejected for {est.flags.imu_bad_s * 1e3:.0f} ms "
+                                          f"({_flag_text(est.flags)})", wake)
+            proposed = self._policy_target
+        if sm.state == State.HOLD:
+            a = min(1.0, sm.time_in_state(t) / cfg.hold_blend_s) if cfg.hold_blend_s > 0 else 1.0
+            proposed = self._hold_from + a * (g1.DEFAULT_JOINT_POS - self._hold_from)
+            self._maybe_release_band(t)
+
+        # the safety gate
+        t_saf0 = time.monotonic()
+        cmd = mon.step(wake, st.q, st.dq, st.quat, proposed, rx_time=s.rx_time, tick=st.tick, lateness=lateness)
+        t_saf1 = time.monotonic()
+        if mon.latched and sm.state != State.DAMPING:
+            self._enter_damping(t, mon.latch.trip.kind)
+        sent = self.link.send(cmd, self.mode_machine)
+        if cmd.kind == "damping" and self._estop_press_t is not None and self.estop_latency_s is None:
+            self.estop_latency_s = sent - self._estop_press_t
+
+        # log
+        self.ticks.append(
+            t=t, lateness=lateness, work_ms=(t_saf1 - wake) * 1e3, sent=sent - self.t0, state=_si(sm.state),
+            tick=st.tick, rx_age=wake - s.rx_time, new=float(new), buttons=st.remote.buttons,
+            q=st.q, dq=st.dq, quat=st.quat, gyro=st.gyro, acc=st.acc, tau_est=st.tau_est,
+            proposed=proposed, cmd_q=cmd.q, cmd_kp=cmd.kp, cmd_kd=cmd.kd,
+            est_vel=est.base_lin_vel if est is not None else None,
+            est_height=est.base_height if est is not None else None,
+            est_contact=est.foot_contact if est is not None else None,
+            est_flags=_flag_bits(est.flags) if est is not None else None,
+        )
+        if policy_out is not None:
+            self.pol.append(
+                t=t, step=policy_out.step, phase=policy_out.phase, obs=policy_out.obs, action=policy_out.action,
+                target=policy_out.target, cmd_q=cmd.q, est_ms=(t_est1 - t_est0) * 1e3,
+                policy_ms=(t_pol1 - t_pol0) * 1e3, safety_ms=(t_saf1 - t_saf0) * 1e3,
+                compute_ms=((t_est1 - t_est0) + (t_pol1 - t_pol0) + (t_saf1 - t_saf0)) * 1e3,
+            )
+
+    # ------------------------------------------------------------------ transitions
+    def _go(self, new: State, t: float, k: int, st, reason: str) -> None:
+        before = self.sm.state
+        if self.sm.go(new, t, reason):
+            self._on_enter(before, new, t, k, st)
+
+    def _on_enter(self, before: State, new: State, t: float, k: int, st) -> None:
+        self.note(t, "state", f"{before.value} -> {new.value} ({self.sm.transitions[-1][3]})")
+        self.echo(f"[deploy] t={t:6.2f} s  {before.value} -> {new.value}  ({self.sm.transitions[-1][3]})")
+        if new == State.STAND_UP:
+            self._state_q0 = np.clip(st.q, self.monitor.limits.q_min, self.monitor.limits.q_max)
+            self.monitor.reset_target(st.q)
+        elif new == State.POLICY:
+            self.runner.reset()
+            self._policy_k0 = k
+            self._last_step = -1
+            self._policy_target = g1.DEFAULT_JOINT_POS.copy()
+            # standing still in HOLD: the estimator's reset assumption (at rest, lower foot on the ground)
+            try:
+                self._est = self.estimator.reset(st.q, st.quat, st.tick * 1e-3)
+            except ValueError as e:
+                self.note(t, "estimator", f"reset skipped: {e}")
+
+    def _enter_damping(self, t: float, reason: str) -> None:
+        before = self.sm.state
+        if self.sm.damp(t, reason):
+            self.note(t, "state", f"{before.value} -> DAMPING ({reason})")
+            self.echo(f"[deploy] t={t:6.2f} s  {before.value} -> DAMPING  ({reason})")
+
+    def _maybe_release_band(self, t: float) -> None:
+        cfg = self.cfg
+        if not (cfg.sim and cfg.auto and self.sim is not None) or self._band_released:
+            return
+        if self.sm.time_in_state(t) < cfg.band_release_s:
+            return
+        self._band_released = True
+        self._band_release_t = t
+        self.note(t, "sim", "elastic band released")
+
+        def release() -> None:
+            try:
+                self.sim.release_band(wait=False)
+            except Exception as e:  # noqa: BLE001 - the dry run then stays on the band; say so
+                self.note(t, "sim", f"band release failed: {e}")
+
+        threading.Thread(target=release, name="band-release", daemon=True).start()
+
+    # ------------------------------------------------------------------ results
+    def _finish(self, final_state: str, end_t: float) -> dict:
+        cfg = self.cfg
+        run_dir = new_run_dir(cfg.run_root)
+        ticks, pol = self.ticks, self.pol
+        sent = ticks["sent"]
+        period_err = np.abs(np.diff(sent) - g1.COMMAND_DT) / g1.COMMAND_DT if len(sent) > 1 else np.array([])
+        compute = pol["compute_ms"]
+        gt = self._ground_truth_metrics()
+        tilt_trip = any(e["kind"] == "tilt" for e in self.monitor.events) if self.monitor else False
+        summary = {
+            "final_state": final_state,
+            "states_visited": list(self.sm.visited),
+            "ticks": int(ticks.n),
+            "policy_ticks": int(pol.n),
+            "deadline_misses": int(self.monitor.deadline.misses) if self.monitor else 0,
+            "safety_events": list(self.monitor.events) if self.monitor else [],
+            "compute_ms_p50": pct(compute, 50),
+            "compute_ms_p99": pct(compute, 99),
+            "stream_period_error_p50": pct(period_err, 50),
+            "stream_period_error_p99": pct(period_err, 99),
+            "fell": bool(gt["fell"]) if gt.get("fell") is not None else bool(tilt_trip),
+            "estimator_base_vel_rmse_mps": gt.get("vel_rmse"),
+            "estimator_base_height_rmse_m": gt.get("height_rmse"),
+            "estop_to_damping_s": self.estop_latency_s,
+            "max_lateness_ms": pct(ticks["lateness"] * 1e3, 100),
+            "duration_s": round(float(end_t), 3),
+            "motion": self.art.spec.motion.name,
+            "policy_dir": str(self.art.path),
+            "domain": self.link.domain,
+            "interface": self.link.interface,
+            "auto": cfg.auto,
+            "transitions": [{"time": round(a, 4), "from": b, "to": c, "reason": d} for a, b, c, d in self.sm.transitions],
+            "lowstate_crc_errors": self.link.crc_errors,
+            "scheduling": getattr(self, "scheduling", None),
+            "ground_truth": gt.get("info"),
+            "run_dir": str(run_dir),
+        }
+        arrays = {**ticks.arrays(), **pol.arrays("pol_")}
+        np.savez_compressed(run_dir / "log.npz", **arrays, state_names=np.array(STATES),
+                            joint_names=np.array(g1.JOINT_NAMES))
+        write_json(run_dir / "events.json", self.events + [{**e, "safety": True} for e in summary["safety_events"]])
+        write_json(run_dir / "summary.json", summary)
+        if cfg.plot and ticks.n:
+            try:
+                plot_run(run_dir, ticks, STATES)
+            except Exception as e:  # noqa: BLE001 - the plot must not lose the run's log
+                self.echo(f"[deploy] plot failed: {e}")
+        return summary
+
+    def _ground_truth_metrics(self) -> dict:
+        """Estimator RMSE and `fell` from the bridge's ground truth, matched by LowState tick."""
+        if self.sim is None or getattr(self.sim, "gt_history", None) is None:
+            return {}
+        hist = list(self.sim.gt_history)
+        if not hist:
+            return {"info": "no ground truth received"}
+        ticks = self.ticks
+        t_end_tick = int(np.nanmax(ticks["tick"])) if ticks.n else 0
+        by_tick = {int(g.tick): g for g in hist if int(g.tick) <= t_end_tick}
+        # fell: pelvis low or tilted past the safety limit after the band was released
+        released = [g for g in by_tick.values() if not g.band]
+        fell = None
+        if released:
+            z = np.array([g.pos[2] for g in released])
+            tilt = np.array([tilt_angle(np.asarray(g.quat)) for g in released])
+            fell = bool(np.any(z < FELL_HEIGHT) or np.any(tilt > TILT_LIMIT))
+        # estimator error where it feeds the policy: from POLICY entry to the end of the run
+        st = ticks["state"]
+        in_pol = np.flatnonzero(st == _si(State.POLICY))
+        vel_rmse = height_rmse = None
+        if in_pol.size:
+            sel = np.arange(in_pol[0], ticks.n)
+            sel = sel[(ticks["new"][sel] > 0) & (st[sel] != _si(State.DAMPING))]
+            ev, eh, gv, gh = [], [], [], []
+            for i in sel:
+                g = by_tick.get(int(ticks["tick"][i]))
+                if g is None:
+                    continue
+                ev.append(ticks["est_vel"][i])
+                eh.append(ticks["est_height"][i])
+                gv.append(np.asarray(g.lin_vel_body))
+                gh.append(g.pos[2])
+            if ev:
+                ev, gv = np.asarray(ev), np.asarray(gv)
+                vel_rmse = float(np.sqrt(np.mean(np.sum((ev - gv) ** 2, axis=1))))
+                height_rmse = float(np.sqrt(np.mean((np.asarray(eh) - np.asarray(gh)) ** 2)))
+        return {"fell": fell, "vel_rmse": vel_rmse, "height_rmse": height_rmse,
+                "info": f"{len(by_tick)} ground-truth samples; fell = pelvis < {FELL_HEIGHT} m or tilt > "
+                        f"{np.degrees(TILT_LIMIT):.0f} deg after band release; RMSE over POLICY and after"}
+
+
+def _realtime_scheduling(priority: int) -> str:
+    """Give the loop thread SCHED_FIFO (it sleeps most of each period, so it cannot starve the machine);
+    DDS threads created earlier keep normal scheduling. Falls back to the normal scheduler silently."""
+    if priority <= 0 or not hasattr(os, "sched_setscheduler"):
+        return "normal"
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+        return f"SCHED_FIFO {priority}"
+    except (PermissionError, OSError):
+        return "normal (no permission for SCHED_FIFO)"
+
+
+def _si(s: State) -> int:
+    return STATES.index(s.value)
+
+
+def _flag_bits(flags) -> int:
+    return sum(1 << i for i, v in enumerate(flags[:8]) if isinstance(v, (bool, np.bool_)) and v)
+
+
+def _flag_text(flags) -> str:
+    return ", ".join(n for n, v in zip(flags._fields, flags) if isinstance(v, (bool, np.bool_)) and v)
+
+
+def _tick_fields() -> dict:
+    n = g1.NUM_MOTORS
+    return dict(t=(), lateness=(), work_ms=(), sent=(), state=(), tick=(), rx_age=(), new=(), buttons=(),
+                q=(n,), dq=(n,), quat=(4,), gyro=(3,), acc=(3,), tau_est=(n,), proposed=(n,), cmd_q=(n,),
+                cmd_kp=(n,), cmd_kd=(n,), est_vel=(3,), est_height=(), est_contact=(2,), est_flags=())
+
+
+def _policy_fields(n_obs: int) -> dict:
+    n = g1.NUM_MOTORS
+    return dict(t=(), step=(), phase=(), obs=(n_obs,), action=(n,), target=(n,), cmd_q=(n,), est_ms=(),
+                policy_ms=(), safety_ms=(), compute_ms=())
+
+
+# ---------------------------------------------------------------------- top level
+
+
+def run(cfg: LoopConfig, echo: Callable[[str], None] = print, on_loop: Callable[[ControlLoop], None] | None = None) -> dict:
+    """Pre-flight, then the loop; returns the summary (also written to <run_dir>/summary.json).
+
+    Raises PreflightError (nothing commanded) when a pre-flight check fails. `on_loop` receives the
+    ControlLoop before it starts (the CLI uses it to route SIGINT)."""
+    art = check_artifact(cfg.policy_dir)
+    runner = PolicyRunner(art)
+    link = open_link(cfg.domain, cfg.interface)
+    sim_client = None
+    try:
+        run_preflight(link, cfg.state_timeout_s, cfg.preflight_listen_s)
+        link.stop_listening_lowcmd()
+        if cfg.sim and (cfg.auto or cfg.ground_truth):
+            from deploy.sim_msgs import SimClient
+
+            sim_client = SimClient(cfg.domain, cfg.interface, gt_history=200_000 if cfg.ground_truth else 0)
+        loop = ControlLoop(cfg, art, link, runner, sim_client, echo=echo)
+        if on_loop is not None:
+            on_loop(loop)
+        return loop.run()
+    finally:
+        link.close()
+        if sim_client is not None:
+            sim_client.close()
+
+
+__all__ = ["LoopConfig", "ControlLoop", "run", "PreflightError", "DECIMATION", "STATES"]

@@ -1,0 +1,99 @@
+"""Pre-flight checks: everything that must hold before the first LowCmd leaves this process.
+
+Order (each failure raises PreflightError with the fix in the message, and no command is sent;
+the LowCmd writer does not even exist until all of them pass):
+  1. the policy artifact loads and matches robots/g1.py      (policies.artifact.load_artifact)
+  2. the network interface exists                             (protocol.check_interface)
+  3. DDS initialises on (domain, interface)                   (protocol.init_dds)
+  4. LowState arrives within a timeout, with a valid CRC
+  5. mode_machine is known and is the robot the artifact is for (29-DoF rev 1.0)
+  6. the measured state is finite
+  7. nobody else publishes rt/lowcmd (matched writers + a brief listen)
+"""
+from __future__ import annotations
+
+from deploy import protocol
+from deploy.link import Link
+from policies.artifact import Artifact, ArtifactError, load_artifact
+from robots import g1
+
+MODE_MACHINE_NAMES = {1: "23dof", 2: "29dof", 3: "29dof lock-waist", 4: "23dof rev1.0", 5: "29dof rev1.0",
+                      6: "29dof lock-waist rev1.0", 9: "dual-arm"}
+
+
+class PreflightError(RuntimeError):
+    """A pre-flight check failed: nothing was commanded. The message says what to do."""
+
+
+def check_artifact(policy_dir) -> Artifact:
+    try:
+        return load_artifact(policy_dir)
+    except ArtifactError as e:
+        raise PreflightError(f"policy artifact rejected: {e}") from e
+
+
+def check_interface(interface: str | None) -> None:
+    try:
+        protocol.check_interface(interface)
+    except protocol.DDSInitError as e:
+        raise PreflightError(str(e)) from e
+
+
+def open_link(domain: int, interface: str | None) -> Link:
+    check_interface(interface)
+    try:
+        return Link(domain, interface)
+    except protocol.DDSInitError as e:
+        raise PreflightError(str(e)) from e
+
+
+def wait_lowstate(link: Link, timeout: float):
+    s = link.wait_state(timeout)
+    if s is None:
+        iface = link.interface or "(auto)"
+        extra = ""
+        if link.crc_errors or link.parse_errors:
+            extra = (f" {link.crc_errors} samples had a bad CRC and {link.parse_errors} were unreadable: "
+                     "is this a G1 (unitree_hg messages)?")
+        note = protocol.multicast_note(link.interface) if link.interface else None
+        raise PreflightError(
+            f"no LowState on {protocol.TOPIC_LOWSTATE} within {timeout:g} s (DDS domain {link.domain}, "
+            f"interface {iface}).{extra} Check that the robot is on and wired to this interface "
+            f"(real G1: domain 0 on the interface with a 192.168.123.x address) or that the sim bridge "
+            f"runs on this domain (`make sim`); DDS on loopback needs `sudo ip link set lo multicast on`."
+            + (f" Note: {note}" if note else "")
+        )
+    return s
+
+
+def check_mode_machine(mode_machine: int) -> None:
+    if mode_machine == 0:
+        raise PreflightError("LowState.mode_machine is 0 (unknown): the robot has not reported its hardware "
+                             "variant; wait for it to finish booting and retry")
+    if mode_machine != g1.MODE_MACHINE_29DOF_REV1:
+        name = MODE_MACHINE_NAMES.get(mode_machine, "unknown variant")
+        raise PreflightError(
+            f"LowState.mode_machine is {mode_machine} ({name}); this deploy drives a G1 29-DoF rev 1.0 "
+            f"(mode_machine {g1.MODE_MACHINE_29DOF_REV1}) and its policies were trained for that model")
+
+
+def check_no_other_commander(link: Link, listen_s: float) -> None:
+    writers, heard = link.other_lowcmd_publishers(listen_s)
+    if writers or heard:
+        raise PreflightError(
+            f"another process publishes {protocol.TOPIC_LOWCMD} ({writers} matched writers, {heard} commands heard "
+            f"in {listen_s:g} s): on the real G1 release the locomotion service first (remote: L2+R2 for debug "
+            f"mode, or MotionSwitcherClient ReleaseMode); otherwise stop the other deploy/controller")
+
+
+def run_preflight(link: Link, state_timeout: float, listen_s: float = 0.5):
+    """Checks 4-7 on an open link. Returns the first good StateSample."""
+    s = wait_lowstate(link, state_timeout)
+    check_mode_machine(s.state.mode_machine)
+    import numpy as np
+
+    st = s.state
+    if not (np.all(np.isfinite(st.q)) and np.all(np.isfinite(st.dq)) and np.all(np.isfinite(st.quat))):
+        raise PreflightError("LowState carries non-finite joint or IMU values: check the robot's sensors")
+    check_no_other_commander(link, listen_s)
+    return s
