@@ -15,6 +15,7 @@ Run folder (written by the trainer, `make train`; read by `python -m train.expor
                                #   actor: ActorConfig.to_dict() (or network: {...}; missing -> defaults)
                                #   obs_terms: [term names]      (optional, default MOTION_OBS_TERMS)
                                #   algo / algorithm, seed       (provenance)
+                               # (checkpoint meta keys motion, actor, obs_terms, algo, seed take precedence)
       checkpoints/latest.npz   # save_checkpoint(...) below; other *.npz beside it (e.g. iter_000100.npz)
 
 Checkpoint (`save_checkpoint(path, params, obs_norm, step, metrics, extra=None, meta=None)`):
@@ -272,8 +273,8 @@ def load_run_params(run_dir: str | os.PathLike, checkpoint: str = "latest.npz") 
         cfg = ActorConfig.for_terms(list(terms), **actor)
     except (TypeError, ValueError) as e:
         raise ExportError(f"{cfg_path}: bad actor config {actor}: {e}") from e
-    algo = str(_pick(config, "algo", "algorithm", "train.algo") or "unknown")
-    seed = int(_pick(config, "seed", "train.seed") or 0)
+    algo = str(_pick(ck.meta, "algo", "algorithm") or _pick(config, "algo", "algorithm", "train.algo") or "unknown")
+    seed = int(_pick(ck.meta, "seed") or _pick(config, "seed", "train.seed") or 0)
     return RunParams(run, ck, cfg, str(motion), terms, algo, seed)
 
 
