@@ -171,3 +171,23 @@ def test_malformed_file_names_file_and_field(tmp_path, text, field):
 def test_preview_plot(tmp_path):
     out = M.plot_motion(M.load_motion("jump"), tmp_path / "jump.png")
     assert out.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_centre_of_mass_stays_over_the_feet_in_stance(name, bridge):
+    """Quasi-static plausibility: with the reference pose (pelvis upright at the reference position),
+    the whole-body CoM lies between the heel and toe spheres whenever the feet are on the ground."""
+    model, spheres = bridge
+    d = mujoco.MjData(model)
+    m = M.load_motion(name)
+    qadr = RM.motor_qpos_adr(model)
+    for k in np.flatnonzero(~m.flight_mask)[::3]:
+        d.qpos[:] = 0
+        d.qpos[:3] = m.ref_base_pos[k]
+        d.qpos[3] = 1.0
+        d.qpos[qadr] = m.ref_q[k]
+        mujoco.mj_kinematics(model, d)
+        mujoco.mj_comPos(model, d)
+        xs = np.concatenate([d.geom_xpos[s, 0] for s in spheres])
+        com = d.subtree_com[1, 0]
+        assert xs.min() + 0.02 < com < xs.max() - 0.02, (name, k * m.dt, com, xs.min(), xs.max())
