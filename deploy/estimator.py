@@ -1,0 +1,548 @@
+"""State estimator for the deploy loop: base orientation, linear velocity and height, and
+foot contact of the G1 from LowState (IMU + joint encoders [+ joint torque estimates]).
+
+- Orientation is the IMU's own quaternion (the robot reports it; pelvis IMU site).
+- Forward kinematics of the feet relative to the pelvis comes from the same MuJoCo model
+  the bridge simulates (`deploy/kinematics.py`).
+- A linear Kalman filter in the classic floating-base leg-odometry form (as in MIT
+  Cheetah's linear state estimator): state x = [p, v, f_L, f_R] (12), the world position
+  and velocity of the IMU point and the world positions of the two foot sites.
+    process:      p += v dt + a dt^2/2,  v += a dt,  a = R (accel - accel_bias) + g
+                  feet fixed; a stance foot drifts slowly, a swing foot is free.
+    measurements: f_i - p = R r_i               (leg kinematics, both feet, always)
+                  v = -R (w x r_i + J_i dq_i)    (stance foot i does not move)
+                  f_i,z = h_i                    (stance foot i stands on the ground z = 0;
+                                                  h_i = foot site height above its lowest
+                                                  sole point, from the kinematics)
+  The filter runs on the IMU point, so the accelerometer needs no lever-arm correction;
+  the pelvis velocity and height are derived from it exactly (v_pelvis = v - w x R r_imu).
+  With no foot in contact (flight) it integrates the IMU alone.
+- Contact: from the joint torques when present (ground reaction force of each foot,
+  F = -J^-T tau over the six leg joints, leg weight ignored) with hysteresis; otherwise
+  from kinematics (a foot within a few cm of the lower foot stands) plus a free-fall
+  detector on the accelerometer (specific force ~ 0 in flight).
+- Bad input: NaN/inf, out-of-range or frozen (bit-identical for N samples) IMU data is
+  flagged and the filter holds its last good state (no prediction, no update); NaN joint
+  data skips the kinematic updates (IMU prediction only). Safety reads `Estimate.flags`.
+
+Pure numpy + mujoco; no jax (deploy rule).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Mapping, NamedTuple, Sequence
+
+import mujoco
+import numpy as np
+
+from deploy.kinematics import G1LegKinematics
+from robots import g1
+
+GRAVITY = 9.81
+
+
+@dataclasses.dataclass(frozen=True)
+class EstimatorConfig:
+    """Noise parameters and thresholds. Densities are per sqrt(Hz) so one config works at
+    any call rate (the loop may call at 50 Hz or 500 Hz); per-sample stds are of one reading."""
+
+    # Process noise.
+    accel_noise: float = 0.08  # m/s^2/sqrt(Hz): velocity random walk (bias drift, attitude error)
+    accel_sample_noise: float = 1.0  # m/s^2 per sample (noise, vibration): adds (this * dt)^2
+    base_pos_noise: float = 0.002  # m/sqrt(Hz): position random walk of the IMU point
+    stance_foot_noise: float = 0.01  # m/sqrt(Hz): a stance foot slips this much
+    swing_foot_noise: float = 10.0  # m/sqrt(Hz): a swing foot is free
+    # Measurement noise (per sample).
+    gyro_noise: float = 0.02  # rad/s
+    joint_pos_noise: float = 0.002  # rad
+    joint_vel_noise: float = 0.1  # rad/s
+    kin_pos_noise: float = 0.005  # m: leg kinematics model error (foot position)
+    kin_vel_noise: float = 0.1  # m/s: stance foot not perfectly still (rolling, slip)
+    foot_height_noise: float = 0.005  # m: ground flatness / sole model
+    touchdown_settle_s: float = 0.03  # s after touchdown during which the foot is trusted less
+    touchdown_noise_scale: float = 10.0  # velocity noise multiplier during that time
+    # Contact detection.
+    use_torque_contact: bool = True  # use tau_est (when given) for per-foot ground force
+    contact_force_on: float = 80.0  # N vertical ground force to declare contact
+    contact_force_off: float = 40.0  # N below which the foot is in the air
+    contact_force_full: float = 150.0  # N: below, the stance velocity noise grows ~ 1/force
+    contact_height_on: float = 0.015  # m above the lower foot: kinematic contact (no tau)
+    contact_height_off: float = 0.03  # m
+    contact_max_height: float = 0.08  # m: a sole estimated higher than this is in the air
+    contact_point_sharpness: float = 0.003  # m: sole points within ~this of the lowest carry the contact
+    stance_gate: float = 25.0  # chi^2 (3 dof) of a stance foot's velocity innovation; above: foot moving
+    stance_gate_max_s: float = 0.05  # s of rejections after which a stance foot is trusted again
+    flight_accel_on: float = 3.0  # m/s^2: specific force below -> free fall (flight)
+    flight_accel_off: float = 6.0  # m/s^2: above -> back on the ground
+    max_flight_s: float = 1.0  # longer without contact is not a jump (hanging, held):
+    hang_vel_noise: float = 0.5  # m/s: ... then a weak zero-velocity update bounds the drift
+    # Bad input.
+    imu_frozen_samples: int = 5  # this many bit-identical IMU samples in a row = frozen
+    max_accel: float = 16 * GRAVITY  # m/s^2, beyond: out of range (IMU saturates)
+    max_gyro: float = 35.0  # rad/s
+    quat_norm_tol: float = 0.1  # |(|q| - 1)| beyond this: not a rotation
+    max_dt: float = 0.05  # s; longer gaps are flagged and integrated as max_dt
+    # IMU bias from calibration (IMU frame), subtracted from every sample.
+    gyro_bias: Sequence[float] = (0.0, 0.0, 0.0)  # rad/s
+    accel_bias: Sequence[float] = (0.0, 0.0, 0.0)  # m/s^2
+    # Initial uncertainty.
+    init_height_std: float = 0.02  # m
+    init_vel_std: float = 0.1  # m/s
+
+    def __post_init__(self):
+        for name in ("gyro_bias", "accel_bias"):
+            v = tuple(float(x) for x in np.asarray(getattr(self, name), dtype=float).reshape(-1))
+            if len(v) != 3 or not all(np.isfinite(v)):
+                raise ValueError(f"EstimatorConfig.{name} must be 3 finite numbers, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, v)
+        if self.contact_force_off > self.contact_force_on:
+            raise ValueError("contact_force_off must be <= contact_force_on (hysteresis)")
+        if self.contact_height_on > self.contact_height_off:
+            raise ValueError("contact_height_on must be <= contact_height_off (hysteresis)")
+        if self.flight_accel_on > self.flight_accel_off:
+            raise ValueError("flight_accel_on must be <= flight_accel_off (hysteresis)")
+        if self.imu_frozen_samples < 2:
+            raise ValueError("imu_frozen_samples must be >= 2")
+
+    @classmethod
+    def from_calibration(cls, calib: Mapping | None, **overrides) -> "EstimatorConfig":
+        """IMU biases from a calibration mapping (the parsed calibration YAML): keys
+        `gyro_bias` / `accel_bias` at the top level or under `imu`. Missing keys keep zero."""
+        kw = {}
+        if calib:
+            src = calib.get("imu", calib) if isinstance(calib.get("imu", None), Mapping) else calib
+            for key in ("gyro_bias", "accel_bias"):
+                if src.get(key) is not None:
+                    kw[key] = src[key]
+        kw.update(overrides)
+        return cls(**kw)
+
+
+class EstimatorFlags(NamedTuple):
+    """What was wrong with the inputs of this tick (safety/ and the log read these)."""
+
+    imu_nan: bool = False  # NaN/inf in quat, gyro or accel: sample rejected, state held
+    imu_frozen: bool = False  # IMU bit-identical for imu_frozen_samples: state held
+    imu_out_of_range: bool = False  # saturated / non-unit quaternion: sample rejected
+    joints_nan: bool = False  # NaN/inf in leg q or dq: kinematic updates skipped
+    tau_nan: bool = False  # NaN/inf in tau_est: kinematic contact used instead
+    dt_gap: bool = False  # time step <= 0 or > max_dt
+    flight: bool = False  # no foot in contact
+    initialized: bool = True  # False until the first good IMU + joint sample
+    imu_bad_s: float = 0.0  # seconds since the last accepted IMU sample
+
+    @property
+    def imu_rejected(self) -> bool:
+        return self.imu_nan or self.imu_frozen or self.imu_out_of_range
+
+    @property
+    def inputs_rejected(self) -> bool:
+        return self.imu_rejected or self.joints_nan or self.tau_nan
+
+
+class Estimate(NamedTuple):
+    t: float
+    quat: np.ndarray  # (4,) w, x, y, z: pelvis IMU orientation (last good sample)
+    gyro: np.ndarray  # (3,) rad/s, bias-corrected, pelvis IMU frame
+    base_lin_vel: np.ndarray  # (3,) m/s, pelvis origin velocity in the pelvis frame
+    base_lin_vel_world: np.ndarray  # (3,) m/s, world frame (yaw as the IMU reports it)
+    base_height: float  # m, pelvis origin above the ground
+    base_pos: np.ndarray  # (3,) m, pelvis origin in the world (x, y drift: odometry)
+    foot_contact: np.ndarray  # (2,) bool, left, right
+    foot_force: np.ndarray  # (2,) N, estimated vertical ground force (nan without tau_est)
+    flags: EstimatorFlags
+
+
+def _quat_to_mat(quat) -> np.ndarray:
+    w, x, y, z = quat.tolist()
+    return np.array([
+        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+    ])
+
+
+def _skew(v) -> np.ndarray:
+    x, y, z = v.tolist()
+    return np.array([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]])
+
+
+def _cross(a, b) -> np.ndarray:
+    a0, a1, a2 = a.tolist()
+    b0, b1, b2 = b.tolist()
+    return np.array([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0])
+
+
+def _quad3(S, v) -> float:
+    """v^T S^-1 v for a symmetric positive definite 3x3 S (adjugate; ~1 us, np.linalg ~7 us)."""
+    (a, b, c), (_, d, e), (_, _, f) = S.tolist()
+    x, y, z = v.tolist()
+    A, B, C = d * f - e * e, c * e - b * f, b * e - c * d
+    D, E, F = a * f - c * c, b * c - a * e, a * d - b * b
+    det = a * A + b * B + c * C
+    if det <= 0.0:
+        return float("inf")
+    return (A * x * x + D * y * y + F * z * z + 2.0 * (B * x * y + C * x * z + E * y * z)) / det
+
+
+def _cross_rows(a, b) -> np.ndarray:
+    """Row-wise cross product of (n, 3) arrays (np.cross costs ~50 us of Python overhead)."""
+    return a[:, _I1] * b[:, _I2] - a[:, _I2] * b[:, _I1]
+
+
+_I1, _I2 = np.array([1, 2, 0]), np.array([2, 0, 1])
+_LEGS = (g1.LEG_L, g1.LEG_R)
+_NLEG = 12  # motors 0..11 are the two legs (g1.LEG_L, g1.LEG_R)
+assert g1.LEG_L == slice(0, 6) and g1.LEG_R == slice(6, 12)
+_NX = 12
+_P, _V = slice(0, 3), slice(3, 6)
+_EYE3 = np.eye(3)
+_EYE6 = np.eye(6)
+
+
+def _measurement_matrix(stance: tuple[bool, bool]) -> np.ndarray:
+    """H for: both feet relative position (6 rows), then per stance foot velocity (3) + height (1)."""
+    n_st = sum(stance)
+    H = np.zeros((6 + 4 * n_st, _NX))
+    for i in range(2):
+        H[3 * i:3 * i + 3, 0:3] = -_EYE3
+        H[3 * i:3 * i + 3, 6 + 3 * i:9 + 3 * i] = _EYE3
+    n = 6
+    for i in range(2):
+        if stance[i]:
+            H[n:n + 3, 3:6] = _EYE3
+            H[n + 3, 8 + 3 * i] = 1.0
+            n += 4
+    return H
+
+
+_H = {(a, b): _measurement_matrix((a, b)) for a in (False, True) for b in (False, True)}
+_H_HANG = np.zeros((3, _NX))
+_H_HANG[:, 3:6] = _EYE3
+
+
+class Estimator:
+    """`reset(q, quat)` then `update(t, ...)` every tick; each update returns an Estimate.
+
+    `update` before `reset` initialises from the first good sample (standing assumed:
+    the lower foot on the ground)."""
+
+    def __init__(self, config: EstimatorConfig = EstimatorConfig(), model: mujoco.MjModel | None = None):
+        self.config = config
+        self.kin = G1LegKinematics(model)
+        c = config
+        self._gyro_bias = np.array(c.gyro_bias)
+        self._accel_bias = np.array(c.accel_bias)
+        self._g = np.array([0.0, 0.0, -GRAVITY])
+        self._imu_pos = self.kin.imu_pos  # IMU point in the pelvis frame
+        self._imu_rot = self.kin.imu_rot  # IMU axes in the pelvis frame
+        self._imu_identity = bool(np.allclose(self._imu_rot, _EYE3, atol=1e-9))
+        self._sole_r = self.kin.sole_radius
+        self._initialized = False
+        self._last: Estimate | None = None
+        self._reset_io()
+
+    # ------------------------------------------------------------------ state
+    def _reset_io(self):
+        self._prev_imu = None
+        self._same_count = 0
+        self._t_prev = None
+        self._t_good = None
+        self._missed = 0.0
+        self._contact = np.array([True, True])
+        self._flight = False
+        self._contact_t0 = np.zeros(2)
+        self._no_contact_t0 = None
+        self._gated_since = [None, None]
+
+    @property
+    def initialized(self) -> bool:
+        return self._initialized
+
+    def reset(self, q, quat, t: float = 0.0) -> Estimate:
+        """Start at rest with the lower foot on the ground at height 0."""
+        q = np.asarray(q, dtype=float)
+        quat = np.asarray(quat, dtype=float)
+        if q.shape != (g1.NUM_MOTORS,) or quat.shape != (4,):
+            raise ValueError(f"Estimator.reset needs q ({g1.NUM_MOTORS},) and quat (4,), got {q.shape}, {quat.shape}")
+        if not (np.all(np.isfinite(q)) and np.all(np.isfinite(quat))) or np.linalg.norm(quat) < 0.5:
+            raise ValueError("Estimator.reset needs finite joint positions and a unit quaternion")
+        quat = quat / np.linalg.norm(quat)
+        self._reset_io()
+        c = self.config
+        k = self.kin(q)
+        R = self._pelvis_rot(quat)
+        lowest, cpt, self._w = self._contact_points(k, R)
+        rel = (cpt - self._imu_pos) @ R.T  # (2,3) contact points relative to the IMU point, world axes
+        x = np.zeros(_NX)
+        x[2] = -lowest.min()
+        x[6:9] = x[0:3] + rel[0]
+        x[9:12] = x[0:3] + rel[1]
+        self.x = x
+        P = np.zeros(_NX)
+        P[0:2] = 1e-6
+        P[2] = c.init_height_std**2
+        P[3:6] = c.init_vel_std**2
+        P[6:] = c.init_height_std**2
+        self.P = np.diag(P)
+        self._contact[:] = (lowest - lowest.min()) < c.contact_height_on
+        self._contact_t0[:] = t - 1.0
+        self._t_prev = t
+        self._t_good = t
+        self._initialized = True
+        self._last = self._output(t, quat, np.zeros(3), R, EstimatorFlags(), np.full(2, np.nan))
+        return self._last
+
+    # ---------------------------------------------------------------- helpers
+    def _pelvis_rot(self, quat) -> np.ndarray:
+        R_imu = _quat_to_mat(quat)  # IMU -> world
+        return R_imu if self._imu_identity else R_imu @ self._imu_rot.T
+
+    def _contact_points(self, k, R):
+        """Per foot: the lowest sole point's world z relative to the IMU point (2,), the
+        contact point (2, 3) in the pelvis frame and its weights over the sole spheres (2, S).
+
+        The contact point is a soft-min over the sole spheres: the centre of the sole when
+        the foot is flat, the toe (or heel) edge when it rolls, so it is a material point
+        of the foot that does not move while the foot stands."""
+        z = (k.sole_pos - self._imu_pos) @ R[2]  # (2, S)
+        zmin = z.min(axis=1)
+        w = np.exp((zmin[:, None] - z) / self.config.contact_point_sharpness)
+        w /= w.sum(axis=1, keepdims=True)
+        # bottom of the spheres (the material point that touches the floor: a sphere rolling
+        # at 20 rad/s moves its centre by 0.1 m/s)
+        cpt = (w[:, None, :] @ k.sole_pos)[:, 0] - self._sole_r * R[2]
+        return zmin - self._sole_r, cpt, w
+
+    def _foot_force(self, k, R, tau) -> np.ndarray:
+        """Vertical ground force on each foot (N, world z) from the leg joint torques:
+        static balance tau + J^T W = 0 over the six leg joints (leg weight ignored)."""
+        J = np.concatenate([k.jac_pos, k.jac_rot], axis=1)  # (2, 6, 6) pelvis frame
+        Jt = J.transpose(0, 2, 1)
+        # W = -J^-T tau, damped against the straight-knee singularity.
+        y = np.linalg.solve(Jt @ J + 1e-6 * _EYE6, tau[:_NLEG].reshape(2, 6, 1))
+        W = -(J @ y)[:, :3, 0]  # (2, 3) force on each foot, pelvis frame
+        return W @ R[2]
+
+    def _output(self, t, quat, omega_imu, R, flags, force) -> Estimate:
+        omega_p = omega_imu if self._imu_identity else self._imu_rot @ omega_imu
+        # pelvis origin relative to the IMU point: -r_imu; v_pelvis = v_imu + w x (-R r_imu)
+        v_pel_body = R.T @ self.x[_V] - _cross(omega_p, self._imu_pos)
+        v_pel = R @ v_pel_body
+        p_pel = self.x[_P] - R @ self._imu_pos
+        return Estimate(
+            t=float(t), quat=quat, gyro=omega_imu, base_lin_vel=v_pel_body,
+            base_lin_vel_world=v_pel, base_height=float(p_pel[2]), base_pos=p_pel,
+            foot_contact=self._contact.copy(), foot_force=force, flags=flags,
+        )
+
+    def _held(self, t, flags: EstimatorFlags) -> Estimate:
+        last = self._last
+        if last is None:
+            return Estimate(
+                float(t), np.array([1.0, 0, 0, 0]), np.zeros(3), np.zeros(3), np.zeros(3),
+                float("nan"), np.zeros(3), np.zeros(2, bool), np.full(2, np.nan), flags,
+            )
+        return last._replace(t=float(t), flags=flags)
+
+    # ----------------------------------------------------------------- update
+    def update(self, t, q, dq, quat, gyro, accel, tau_est=None) -> Estimate:
+        """One tick. t: seconds (monotonic; LowState tick * 1e-3 works); q, dq: (29,) motor
+        order; quat (w, x, y, z), gyro (rad/s), accel (m/s^2, specific force): the pelvis IMU
+        as LowState reports it; tau_est: (29,) Nm or None."""
+        c = self.config
+        t = float(t)
+        quat = np.asarray(quat, dtype=float)
+        gyro = np.asarray(gyro, dtype=float)
+        accel = np.asarray(accel, dtype=float)
+        q = np.asarray(q, dtype=float)
+        dq = np.asarray(dq, dtype=float)
+
+        # --- validate the IMU sample
+        imu_nan = quat.shape != (4,) or gyro.shape != (3,) or accel.shape != (3,)
+        imu_raw = None if imu_nan else np.concatenate((quat, gyro, accel))
+        imu_nan = imu_nan or not math.isfinite(float(imu_raw.sum()))
+        out_of_range = frozen = False
+        qn = 1.0
+        if not imu_nan:
+            qn = math.sqrt(float(quat @ quat))
+            out_of_range = bool(
+                abs(qn - 1.0) > c.quat_norm_tol
+                or float(np.abs(accel).max()) > c.max_accel or float(np.abs(gyro).max()) > c.max_gyro
+            )
+            if self._prev_imu is not None and (imu_raw == self._prev_imu).all():
+                self._same_count += 1
+            else:
+                self._same_count = 0
+            self._prev_imu = imu_raw
+            frozen = self._same_count >= c.imu_frozen_samples - 1
+        imu_ok = not (imu_nan or out_of_range or frozen)
+        # (a sum is finite iff every term is, up to overflow near 1e308, which is garbage too)
+        joints_ok = q.shape == dq.shape == (g1.NUM_MOTORS,) and math.isfinite(float(q[:_NLEG].sum() + dq[:_NLEG].sum()))
+        tau = None
+        tau_nan = False
+        if tau_est is not None and c.use_torque_contact:
+            tau = np.asarray(tau_est, dtype=float)
+            if tau.shape != (g1.NUM_MOTORS,) or not math.isfinite(float(tau[:_NLEG].sum())):
+                tau, tau_nan = None, True
+
+        # --- initialise on the first good sample
+        fresh = False
+        if not self._initialized:
+            if imu_ok and joints_ok:
+                self.reset(q, quat, t)
+                fresh = True
+            else:
+                return self._held(t, EstimatorFlags(
+                    imu_nan=imu_nan, imu_frozen=frozen, imu_out_of_range=out_of_range,
+                    joints_nan=not joints_ok, tau_nan=tau_nan, initialized=False))
+
+        dt = t - self._t_prev
+        dt_gap = (dt <= 0.0 or dt > c.max_dt) and not fresh
+        dt = min(max(dt, 0.0), c.max_dt)
+        if t > self._t_prev:
+            self._t_prev = t
+
+        if not imu_ok:  # hold the last good state; uncertainty grows when the IMU returns
+            self._missed += dt
+            return self._held(t, EstimatorFlags(
+                imu_nan=imu_nan, imu_frozen=frozen, imu_out_of_range=out_of_range,
+                joints_nan=not joints_ok, tau_nan=tau_nan, dt_gap=dt_gap,
+                flight=not self._contact.any(), imu_bad_s=t - self._t_good,
+            ))
+
+        self._t_good = t
+        quat = quat / qn
+        omega = gyro - self._gyro_bias  # IMU frame
+        f_imu = accel - self._accel_bias  # specific force, IMU frame
+        R_imu = _quat_to_mat(quat)
+        if self._imu_identity:
+            R, omega_p = R_imu, omega
+        else:
+            R, omega_p = R_imu @ self._imu_rot.T, self._imu_rot @ omega
+
+        # --- predict
+        x, P = self.x, self.P
+        a = R_imu @ f_imu + self._g
+        x[_P] += x[_V] * dt + (0.5 * dt * dt) * a
+        x[_V] += a * dt
+        P[0:3, :] += dt * P[3:6, :]
+        P[:, 0:3] += dt * P[:, 3:6]
+        d = P.ravel()[:: _NX + 1]  # view of the diagonal
+        d[0:3] += c.base_pos_noise**2 * dt
+        d[3:6] += c.accel_noise**2 * (dt + self._missed) + (c.accel_sample_noise * dt) ** 2
+        self._missed = 0.0
+        for i in range(2):
+            s = c.stance_foot_noise if self._contact[i] else c.swing_foot_noise
+            d[6 + 3 * i: 9 + 3 * i] += s * s * dt
+
+        # --- contact
+        force = np.full(2, np.nan)
+        if joints_ok:
+            k = self.kin(q)
+            lowest, cpt, w = self._contact_points(k, R)
+            # the contact point moved on the sole (heel -> flat -> toe): move the foot state with
+            # it, so the state stays the world position of the point that carries the load
+            dw = w - self._w
+            self._w = w
+            x[6:9] += R @ (dw[0] @ (k.sole_pos[0] - k.foot_pos[0]))
+            x[9:12] += R @ (dw[1] @ (k.sole_pos[1] - k.foot_pos[1]))
+            low_enough = x[2] + lowest < c.contact_max_height
+            if tau is not None:
+                force = self._foot_force(k, R, tau)
+                on = np.where(self._contact, force > c.contact_force_off, force > c.contact_force_on)
+            else:
+                fs = float(np.sqrt(f_imu @ f_imu))
+                self._flight = fs < (c.flight_accel_off if self._flight else c.flight_accel_on)
+                rel = lowest - lowest.min()
+                on = np.where(self._contact, rel < c.contact_height_off, rel < c.contact_height_on)
+                if self._flight:
+                    on[:] = False
+            on &= low_enough
+        else:  # no kinematics: keep the last contact state, no leg measurement
+            on = self._contact.copy()
+
+        # --- measurement update
+        if joints_ok:
+            r = cpt - self._imu_pos  # (2, 3) contact points relative to the IMU point, pelvis frame
+            rw = r @ R.T  # world axes
+            Jw = R @ k.jac_pos  # (2, 3, 6) world axes (site Jacobian: noise model only)
+            JJt = Jw @ Jw.transpose(0, 2, 1)  # (2, 3, 3)
+            # stance velocity: the contact point c does not move:
+            #   0 = v + R (w x r + J dq + (Jr dq) x (c - site))
+            dq2 = dq[:_NLEG].reshape(2, 6, 1)
+            v_rel = (k.jac_pos @ dq2)[:, :, 0] + _cross_rows((k.jac_rot @ dq2)[:, :, 0], cpt - k.foot_pos)
+            zv = -((_cross_rows(np.broadcast_to(omega_p, (2, 3)), r) + v_rel) @ R.T)  # (2, 3) world
+            # noise: joint velocities through J, gyro through the lever arm (cov of w x r =
+            # sigma^2 (|r|^2 I - r r^T)), and the foot's own motion (rolling, slip)
+            rr = rw[:, :, None] * rw[:, None, :]
+            r2 = (rw * rw).sum(axis=1)
+            Rv = c.joint_vel_noise**2 * JJt - c.gyro_noise**2 * rr
+            Rv += (c.gyro_noise**2 * r2 + c.kin_vel_noise**2)[:, None, None] * _EYE3
+            for i in range(2):
+                if not on[i]:
+                    self._gated_since[i] = None
+                    continue
+                # consistency gate: a "stance" foot whose velocity disagrees with the filter is
+                # sliding (touchdown with tangential speed) or not loaded: no measurement
+                gate = _quad3(P[3:6, 3:6] + Rv[i], zv[i] - x[_V])
+                # less trust at touchdown and in a lightly loaded foot (lift-off, toe roll)
+                scale = 1.0
+                if t - self._contact_t0[i] < c.touchdown_settle_s or not self._contact[i]:
+                    scale = c.touchdown_noise_scale
+                if tau is not None:
+                    scale = max(scale, min(c.contact_force_full / max(float(force[i]), 1.0), c.touchdown_noise_scale))
+                if scale > 1.0:
+                    Rv[i] += (scale * scale - 1.0) * c.kin_vel_noise**2 * _EYE3
+                if gate > c.stance_gate:
+                    if self._gated_since[i] is None:
+                        self._gated_since[i] = t
+                    if t - self._gated_since[i] < c.stance_gate_max_s:
+                        on[i] = False
+                else:
+                    self._gated_since[i] = None
+        self._contact_t0[on & ~self._contact] = t
+        self._contact = on
+        if on.any():
+            self._no_contact_t0 = None
+        elif self._no_contact_t0 is None:
+            self._no_contact_t0 = t
+        if joints_ok:
+            stance = (bool(on[0]), bool(on[1]))
+            H = _H[stance]
+            m_dim = H.shape[0]
+            z = np.empty(m_dim)
+            Rm = np.zeros((m_dim, m_dim))
+            kp2 = c.kin_pos_noise**2 * _EYE3
+            z[0:6] = rw.ravel()
+            Rm[0:3, 0:3] = c.joint_pos_noise**2 * JJt[0] + kp2
+            Rm[3:6, 3:6] = c.joint_pos_noise**2 * JJt[1] + kp2
+            n = 6
+            for i in range(2):
+                if not stance[i]:
+                    continue
+                z[n:n + 3] = zv[i]
+                Rm[n:n + 3, n:n + 3] = Rv[i]
+                z[n + 3] = rw[i, 2] - lowest[i]  # contact point height above the ground
+                Rm[n + 3, n + 3] = c.foot_height_noise**2
+                n += 4
+            self._kf_update(H, z, Rm)
+        if self._no_contact_t0 is not None and t - self._no_contact_t0 > c.max_flight_s:
+            self._kf_update(_H_HANG, np.zeros(3), c.hang_vel_noise**2 * _EYE3)
+
+        flags = EstimatorFlags(
+            joints_nan=not joints_ok, tau_nan=tau_nan, dt_gap=dt_gap, flight=not on.any(),
+        )
+        self._last = self._output(t, quat, omega, R, flags, force)
+        return self._last
+
+    def _kf_update(self, H, z, Rm):
+        x, P = self.x, self.P
+        PHt = P @ H.T
+        S = H @ PHt + Rm
+        K = np.linalg.solve(S, PHt.T).T
+        x += K @ (z - H @ x)
+        P -= K @ PHt.T
+        P += P.T
+        P *= 0.5
