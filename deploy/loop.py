@@ -34,7 +34,7 @@ from deploy.preflight import PreflightError, check_artifact, open_link, run_pref
 from deploy.state_machine import AutoScript, ButtonEdges, State, StateMachine, estop_requested
 from policies.artifact import Artifact
 from robots import g1
-from safety import Limits, SafetyMonitor, WatchdogConfig, tilt_angle
+from safety import Limits, SafetyMonitor, WatchdogConfig, all_finite, tilt_angle
 from safety.limits import TILT_LIMIT
 
 STATES = [s.value for s in State]
@@ -71,12 +71,13 @@ class ControlLoop:
     """Owns the state machine, safety monitor, estimator, policy runner and the per-tick log."""
 
     def __init__(self, cfg: LoopConfig, art: Artifact, link: Link, runner: PolicyRunner | None = None,
-                 sim_client: Any = None, echo: Callable[[str], None] = print) -> None:
+                 sim_client: Any = None, echo: Callable[[str], None] = print,
+                 estimator: Estimator | None = None) -> None:
         self.cfg, self.art, self.link = cfg, art, link
         self.runner = runner or PolicyRunner(art)
         self.sim = sim_client
         self.echo = echo
-        self.estimator = Estimator(cfg.estimator)
+        self.estimator = estimator or Estimator(cfg.estimator)
         self.sm = StateMachine()
         self.edges = ButtonEdges()
         self.monitor: SafetyMonitor | None = None
@@ -216,7 +217,9 @@ class ControlLoop:
         t_est0 = time.monotonic()
         # The estimator runs on every new LowState while its output is used: in POLICY (it is reset on
         # entry, standing still in HOLD) and in the HOLD after a motion (for the log and the summary).
-        if new and (sm.state == State.POLICY or (sm.state == State.HOLD and self.motions_done > 0)):
+        # A non-finite sample is not fed to the filter: the safety gate below trips on it this tick.
+        if new and (sm.state == State.POLICY or (sm.state == State.HOLD and self.motions_done > 0)) \
+                and all_finite(st.q, st.dq, st.quat, st.gyro, st.acc):
             self._est = self.estimator.update(st.tick * 1e-3, st.q, st.dq, st.quat, st.gyro, st.acc, st.tau_est)
         est = self._est
         t_est1 = time.monotonic()
@@ -255,6 +258,11 @@ class ControlLoop:
                 self.motions_done += 1
                 self._hold_from = self._policy_target.copy()
                 self._go(State.HOLD, t, k, st, f"motion ended after {step} policy steps")
+            elif step != self._last_step and est is None:
+                # no estimate: the reset on entry refused a non-finite sample. The gate below trips on a
+                # non-finite state; a finite one without an estimate is an estimator fault.
+                if all_finite(st.q, st.dq, st.quat):
+                    mon.trip("estimator", "no state estimate available in POLICY", wake)
             elif step != self._last_step:
                 self._last_step = step
                 t_pol0 = time.monotonic()

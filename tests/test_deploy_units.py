@@ -1,0 +1,260 @@
+"""deploy/ without DDS: codec fast paths vs protocol, state machine, policy runner, and a
+hypothesis proof that no LowCmd leaving the control loop exceeds joint, torque or rate limits for
+arbitrary (NaN/inf included) policy outputs and measured states."""
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from deploy import protocol
+from deploy.link import LowCmdBuilder, StateSample, fast_struct_crc, parse_lowstate
+from deploy.loop import ControlLoop, LoopConfig
+from deploy.policy_runner import PolicyRunner
+from deploy.state_machine import AutoScript, ButtonEdges, State, StateMachine, estop_requested
+from policies.action import action_to_joint_target
+from policies.artifact import load_artifact
+from policies.observation import ObsInputs, build_observation, reference_window
+from policies.stand import write_stand_artifact
+from robots import g1
+from safety import Command, Limits, implied_torque, rate_interval, torque_interval
+
+N = g1.NUM_MOTORS
+LIM = Limits.default()
+
+
+@pytest.fixture(scope="module")
+def estimator():
+    from deploy.estimator import Estimator
+
+    return Estimator()
+
+
+@pytest.fixture(scope="module")
+def stand_art(tmp_path_factory):
+    return load_artifact(write_stand_artifact(tmp_path_factory.mktemp("art") / "stand"))
+
+
+# ---------------------------------------------------------------------- codec
+
+
+def test_fast_crc_and_codec_match_protocol():
+    rng = np.random.default_rng(0)
+    b = LowCmdBuilder()
+    for _ in range(30):
+        rec = protocol.lowstate_record(
+            int(rng.integers(2**32)), rng.normal(size=N), rng.normal(size=N), rng.normal(size=N), rng.normal(size=4),
+            rng.normal(size=3), rng.normal(size=3), rng.normal(size=3),
+            remote=protocol.encode_remote(protocol.RemoteState(int(rng.integers(2**16)), 0.5)),
+            mode_machine=int(rng.integers(256)))
+        assert fast_struct_crc(rec) == protocol.struct_crc(rec)
+        mine = parse_lowstate(protocol.lowstate_cdr(rec))
+        ref = protocol.lowstate_arrays(rec)
+        assert mine.crc_ok and ref.crc_ok and mine.tick == ref.tick and mine.remote == ref.remote
+        for f in ("q", "dq", "tau_est", "quat", "gyro", "acc"):
+            np.testing.assert_array_equal(getattr(mine, f), getattr(ref, f))
+        cmd = Command(*(rng.normal(size=N) for _ in range(5)), "position")
+        mm = int(rng.integers(256))
+        mine = b.build(cmd, mm)
+        ref = protocol.lowcmd_record(q=cmd.q, dq=cmd.dq, tau=cmd.tau, kp=cmd.kp, kd=cmd.kd, mode=1,
+                                     mode_machine=mm, mode_pr=0)
+        assert mine.tobytes() == ref.tobytes()
+        assert protocol.check_lowcmd(protocol.lowcmd_msg_from_record(mine), mode_machine=mm)[1] is None
+    bad = protocol.lowstate_cdr(rec)
+    bad = bad[:-1] + bytes([bad[-1] ^ 1])  # flip a CRC bit
+    assert not parse_lowstate(bad).crc_ok
+
+
+# ---------------------------------------------------------------------- state machine
+
+
+def test_state_machine_sequence_and_latch():
+    sm = StateMachine()
+    none = frozenset()
+    assert not sm.on_buttons(0.0, frozenset({"A"}), frozenset({"A"}))  # A does nothing in PASSIVE
+    assert sm.on_buttons(0.1, frozenset({"Start"}), frozenset({"Start"})) and sm.state == State.STAND_UP
+    sm.go(State.HOLD, 2.6, "blend done")
+    assert sm.on_buttons(3.0, frozenset({"A"}), frozenset({"A"})) and sm.state == State.POLICY
+    assert not sm.on_buttons(3.1, frozenset({"Start"}), frozenset({"Start"}))
+    assert sm.on_buttons(3.2, frozenset({"Select"}), frozenset({"Select"})) and sm.state == State.DAMPING
+    # latched: nothing leaves DAMPING
+    for b in ("Start", "A", "Select"):
+        assert not sm.on_buttons(4.0, frozenset({b}), frozenset({b}))
+    assert not sm.go(State.HOLD, 5.0, "x") and sm.state == State.DAMPING
+    assert sm.visited == ["PASSIVE", "STAND_UP", "HOLD", "POLICY", "DAMPING"]
+    assert sm.on_buttons(0.0, none, none) is False
+
+
+def test_estop_combinations_and_edges():
+    assert estop_requested(frozenset({"Select"}), frozenset({"Select"})) == "Select"
+    assert estop_requested(frozenset({"L2", "B"}), frozenset({"B"})) == "L2+B"
+    assert estop_requested(frozenset({"L2", "B"}), frozenset({"L2"})) == "L2+B"
+    assert estop_requested(frozenset({"B"}), frozenset({"B"})) is None
+    assert estop_requested(frozenset({"L2", "R2"}), frozenset({"R2"})) is None  # debug-mode chord is not e-stop
+    e = ButtonEdges()
+    assert e.update(frozenset({"A"})) == {"A"}
+    assert e.update(frozenset({"A"})) == frozenset()  # held, not pressed again
+    assert e.update(frozenset({"A", "Start"})) == {"Start"}
+
+
+def test_auto_script():
+    sm, a = StateMachine(), AutoScript(passive_s=0.5, hold_s=1.0, hold_after_s=1.0)
+    assert a.presses(sm, 0.4, 0) == frozenset() and a.presses(sm, 0.5, 0) == {"Start"}
+    sm.go(State.HOLD, 3.0, "x")
+    assert a.presses(sm, 3.9, 0) == frozenset() and a.presses(sm, 4.0, 0) == {"A"}
+    assert a.presses(sm, 9.0, 1) == frozenset()  # one motion per auto run
+    assert not a.finished(sm, 3.5, 1) and a.finished(sm, 4.0, 1)
+
+
+# ---------------------------------------------------------------------- policy runner
+
+
+def test_policy_runner_matches_the_contract(stand_art):
+    r = PolicyRunner(stand_art)
+    assert r.n_steps == 200 and r.phase(100) == pytest.approx(0.5)
+    rng = np.random.default_rng(1)
+    q, dq, gyro = rng.normal(size=N), rng.normal(size=N), rng.normal(size=3)
+    quat = np.array([0.9, 0.1, 0.2, 0.3]) / np.linalg.norm([0.9, 0.1, 0.2, 0.3])
+    v, h = rng.normal(size=3), 0.7
+    out = r.step(7, q, dq, gyro, quat, v, h)
+    ref_q, ref_h = reference_window(stand_art.ref_q, stand_art.ref_height, 7)
+    expect = build_observation(stand_art.spec.observation, ObsInputs(
+        gyro=gyro, quat=quat, q=q, dq=dq, last_action=np.zeros(N), base_lin_vel=v, base_height=np.asarray(h),
+        phase=np.asarray(7 * 0.02 / 4.0), ref_q=ref_q, ref_height=ref_h))
+    np.testing.assert_allclose(out.obs, expect.astype(np.float32), atol=1e-6)
+    np.testing.assert_array_equal(out.action, 0.0)  # the stand policy outputs zeros
+    np.testing.assert_allclose(out.target, action_to_joint_target(out.action))
+    np.testing.assert_allclose(out.target, g1.DEFAULT_JOINT_POS)
+    assert r.done(200) and not r.done(199)
+
+
+# ---------------------------------------------------------------------- the loop's output (hypothesis)
+
+
+class FakeLink:
+    """Feeds the loop hypothesis-made LowStates; records the LowCmd records it writes."""
+
+    domain, interface, crc_errors = 0, "fake", 0
+
+    def __init__(self):
+        self.sample = None
+        self.records = []
+        self.builder = LowCmdBuilder()
+
+    def latest(self):
+        return self.sample
+
+    def send(self, cmd, mode_machine):
+        raw = bytearray(self.builder.build(cmd, mode_machine).tobytes())  # (.copy() drops the padding bytes)
+        self.records.append(np.frombuffer(raw, dtype=protocol.LOWCMD_DTYPE).reshape(()))
+        return time.monotonic()
+
+
+class ScriptedRunner:
+    """Stands in for the ONNX runner: returns the next hypothesis-made target vector."""
+
+    n_obs = 189
+
+    def __init__(self, targets):
+        self.targets = list(targets)
+        self.i = 0
+
+    def reset(self):
+        pass
+
+    def done(self, step):
+        return False
+
+    def step(self, step, *args):
+        from deploy.policy_runner import PolicyOutput
+
+        t = self.targets[self.i % len(self.targets)]
+        self.i += 1
+        return PolicyOutput(step, 0.0, np.zeros(self.n_obs, np.float32), t, t)
+
+
+def _state_strategy():
+    u = arrays(np.float64, (N,), elements=st.floats(-0.2, 1.2))
+    v = arrays(np.float64, (N,), elements=st.floats(-1.5, 1.5))
+    tilt = st.floats(-1.2, 1.2)
+    bad = st.sampled_from([None, np.nan, np.inf, -np.inf])
+    return st.tuples(u, v, tilt, bad, st.integers(0, 2 * N))
+
+
+def _sample(state, tick, t):
+    u, v, tilt, bad, idx = state
+    q = g1.JOINT_POS_MIN + u * (g1.JOINT_POS_MAX - g1.JOINT_POS_MIN)
+    dq = v * g1.VELOCITY_LIMIT
+    quat = np.array([np.cos(tilt / 2), np.sin(tilt / 2), 0.0, 0.0])
+    if bad is not None:
+        (q if idx < N else dq)[idx % N] = bad
+    rec = protocol.lowstate_record(tick, q, dq, np.zeros(N), quat, np.zeros(3), np.array([0, 0, 9.81]),
+                                   np.zeros(3))
+    return StateSample(parse_lowstate(protocol.lowstate_cdr(rec)), t, tick)
+
+
+wild = st.one_of(st.floats(-1e6, 1e6), st.floats(allow_nan=True, allow_infinity=True),
+                 st.sampled_from([np.nan, np.inf, -np.inf]))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(states=st.lists(_state_strategy(), min_size=3, max_size=40),
+       targets=st.lists(arrays(np.float64, (N,), elements=wild), min_size=1, max_size=6),
+       start_state=st.sampled_from([State.POLICY, State.HOLD, State.STAND_UP]))
+def test_no_lowcmd_leaving_the_loop_exceeds_limits(stand_art, estimator, states, targets, start_state):
+    link = FakeLink()
+    loop = ControlLoop(LoopConfig(policy_dir=str(stand_art.path)), stand_art, link,
+                       runner=ScriptedRunner(targets), echo=lambda s: None, estimator=estimator)
+    # the loop's run() without its clock: drive _tick_inner directly, one command tick each
+    from safety import SafetyMonitor, WatchdogConfig
+
+    loop.t0 = 0.0
+    loop.monitor = SafetyMonitor(Limits.default(), WatchdogConfig(1e9, 1e9, 1e9), t0=0.0)
+    loop._state_q0, loop._hold_from, loop._policy_target = None, g1.DEFAULT_JOINT_POS.copy(), g1.DEFAULT_JOINT_POS.copy()
+    loop._policy_k0, loop._last_step, loop._last_seq, loop._est, loop._damping_since = 0, -1, -1, None, None
+    link.sample = _sample(states[0], 1, 0.0)
+    loop.sm.go(State.STAND_UP, 0.0, "test")
+    loop._on_enter(State.PASSIVE, State.STAND_UP, 0.0, 0, link.sample.state)
+    if start_state != State.STAND_UP:
+        loop._go(State.HOLD, 0.0, 0, link.sample.state, "test")
+    if start_state == State.POLICY:
+        loop._go(State.POLICY, 0.0, 0, link.sample.state, "test")
+    prev_target = None
+    for k, s in enumerate(states):
+        link.sample = _sample(s, k + 2, k * g1.COMMAND_DT)
+        st_ = link.sample.state
+        prev_pos = loop.monitor.prev_target.copy() if loop.monitor.prev_target is not None else None
+        loop._tick_inner(k, k * g1.COMMAND_DT, k * g1.COMMAND_DT, 0.0)
+        a = protocol.lowcmd_arrays(link.records[-1])
+        assert a.crc == protocol.struct_crc(link.records[-1])
+        assert a.mode_pr == 0 and a.mode_machine == g1.MODE_MACHINE_29DOF_REV1
+        assert np.all(a.mode[:N] == 1) and np.all(a.mode[N:] == 0)
+        assert a.is_finite()
+        q, kp, kd = a.q[:N], a.kp[:N], a.kd[:N]
+        if np.all(kp == 0):  # damping (kd = DAMPING_KD) or zero torque
+            assert np.all(q == 0) and np.all(a.dq == 0) and np.all(a.tau == 0)
+            assert np.all((kd == g1.DAMPING_KD) | (kd == 0))
+            prev_target = None
+            continue
+        np.testing.assert_allclose(kp, g1.KP, rtol=1e-6)
+        np.testing.assert_allclose(kd, g1.KD, rtol=1e-6)
+        assert np.all(a.dq == 0) and np.all(a.tau == 0)
+        tol = 1e-5  # float32 on the wire
+        assert np.all(q >= LIM.q_min - tol) and np.all(q <= LIM.q_max + tol)
+        assert np.all(q >= g1.JOINT_POS_MIN) and np.all(q <= g1.JOINT_POS_MAX)
+        prev = prev_pos if prev_pos is not None else prev_target
+        if prev is not None:
+            assert np.all(np.abs(q - prev) <= LIM.max_step + tol)
+            # torque within the motor limit wherever a joint-and-rate-admissible target allows it
+            mq, mdq = st_.q, st_.dq
+            r_lo, r_hi = rate_interval(prev, LIM)
+            f_lo, f_hi = np.maximum(LIM.q_min, r_lo), np.minimum(LIM.q_max, r_hi)
+            t_lo, t_hi = torque_interval(mq, mdq, LIM.kp, LIM.kd, LIM.torque)
+            ok = np.maximum(f_lo, t_lo) <= np.minimum(f_hi, t_hi)
+            tau = implied_torque(q, mq, mdq, LIM.kp, LIM.kd)
+            assert np.all(np.abs(tau[ok]) <= LIM.torque[ok] + 1e-3 * (1 + LIM.kp[ok]))
+        prev_target = q.copy()
+    # any non-finite policy output or state that reached the safety gate latched damping
+    assert loop.monitor.latched == (loop.sm.state == State.DAMPING)
