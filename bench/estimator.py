@@ -248,6 +248,11 @@ def metrics(r: dict, settle_s: float = SETTLE_S) -> dict:
     if flight.any():
         out["vel_rmse_flight"] = float(np.sqrt(np.mean(np.sum(ev[flight] ** 2, axis=1))))
         out["height_rmse_flight"] = float(np.sqrt(np.mean(eh[flight] ** 2)))
+        # landing: 0.3 s from the first touchdown after the longest flight phase
+        t = r["t"][sel]
+        land = (t > t[flight][-1]) & (t <= t[flight][-1] + 0.3)
+        out["vel_rmse_landing"] = float(np.sqrt(np.mean(np.sum(ev[land] ** 2, axis=1))))
+        out["height_rmse_landing"] = float(np.sqrt(np.mean(eh[land] ** 2)))
     return out
 
 

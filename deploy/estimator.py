@@ -67,12 +67,14 @@ class EstimatorConfig:
     contact_force_on: float = 80.0  # N vertical ground force to declare contact
     contact_force_off: float = 40.0  # N below which the foot is in the air
     contact_force_full: float = 150.0  # N: below, the stance velocity noise grows ~ 1/force
-    contact_height_on: float = 0.015  # m above the lower foot: kinematic contact (no tau)
+    contact_height_on: float = 0.015  # m above the lower foot: kinematic contact
     contact_height_off: float = 0.03  # m
     contact_max_height: float = 0.08  # m: a sole estimated higher than this is in the air
     contact_point_sharpness: float = 0.003  # m: sole points within ~this of the lowest carry the contact
     stance_gate: float = 25.0  # chi^2 (3 dof) of a stance foot's velocity innovation; above: foot moving
     stance_gate_max_s: float = 0.05  # s of rejections after which a stance foot is trusted again
+    contact_speed_on: float = 0.2  # m/s: an unloaded foot at the ground moving slower than this stands
+    contact_speed_off: float = 0.5  # m/s
     flight_accel_on: float = 3.0  # m/s^2: specific force below -> free fall (flight)
     flight_accel_off: float = 6.0  # m/s^2: above -> back on the ground
     max_flight_s: float = 1.0  # longer without contact is not a jump (hanging, held):
@@ -437,7 +439,7 @@ class Estimator:
             s = c.stance_foot_noise if self._contact[i] else c.swing_foot_noise
             d[6 + 3 * i: 9 + 3 * i] += s * s * dt
 
-        # --- contact
+        # --- leg kinematics: contact points, and the IMU-point velocity each foot implies
         force = np.full(2, np.nan)
         if joints_ok:
             k = self.kin(q)
@@ -448,48 +450,51 @@ class Estimator:
             self._w = w
             x[6:9] += R @ (dw[0] @ (k.sole_pos[0] - k.foot_pos[0]))
             x[9:12] += R @ (dw[1] @ (k.sole_pos[1] - k.foot_pos[1]))
-            low_enough = x[2] + lowest < c.contact_max_height
-            if tau is not None:
-                force = self._foot_force(k, R, tau)
-                on = np.where(self._contact, force > c.contact_force_off, force > c.contact_force_on)
-            else:
-                fs = float(np.sqrt(f_imu @ f_imu))
-                self._flight = fs < (c.flight_accel_off if self._flight else c.flight_accel_on)
-                rel = lowest - lowest.min()
-                on = np.where(self._contact, rel < c.contact_height_off, rel < c.contact_height_on)
-                if self._flight:
-                    on[:] = False
-            on &= low_enough
-        else:  # no kinematics: keep the last contact state, no leg measurement
-            on = self._contact.copy()
-
-        # --- measurement update
-        if joints_ok:
             r = cpt - self._imu_pos  # (2, 3) contact points relative to the IMU point, pelvis frame
             rw = r @ R.T  # world axes
             Jw = R @ k.jac_pos  # (2, 3, 6) world axes (site Jacobian: noise model only)
             JJt = Jw @ Jw.transpose(0, 2, 1)  # (2, 3, 3)
-            # stance velocity: the contact point c does not move:
+            # a standing foot's contact point c does not move:
             #   0 = v + R (w x r + J dq + (Jr dq) x (c - site))
             dq2 = dq[:_NLEG].reshape(2, 6, 1)
             v_rel = (k.jac_pos @ dq2)[:, :, 0] + _cross_rows((k.jac_rot @ dq2)[:, :, 0], cpt - k.foot_pos)
             zv = -((_cross_rows(np.broadcast_to(omega_p, (2, 3)), r) + v_rel) @ R.T)  # (2, 3) world
             # noise: joint velocities through J, gyro through the lever arm (cov of w x r =
             # sigma^2 (|r|^2 I - r r^T)), and the foot's own motion (rolling, slip)
-            rr = rw[:, :, None] * rw[:, None, :]
             r2 = (rw * rw).sum(axis=1)
-            Rv = c.joint_vel_noise**2 * JJt - c.gyro_noise**2 * rr
+            Rv = c.joint_vel_noise**2 * JJt - c.gyro_noise**2 * (rw[:, :, None] * rw[:, None, :])
             Rv += (c.gyro_noise**2 * r2 + c.kin_vel_noise**2)[:, None, None] * _EYE3
+            nu = zv - x[_V]  # = minus the foot's world velocity under the prior
+            foot_speed = np.sqrt((nu * nu).sum(axis=1))
+
+            # --- contact: a foot stands if it is loaded (joint torques) or, unloaded or without
+            # torques, if it is at the ground (within cm of the lower foot) and not moving, and
+            # the body is not in free fall; never when the filter puts it well above the ground
+            fs = math.sqrt(float(f_imu @ f_imu))
+            self._flight = fs < (c.flight_accel_off if self._flight else c.flight_accel_on)
+            rel = lowest - lowest.min()
+            was = self._contact
+            on = (
+                np.where(was, rel < c.contact_height_off, rel < c.contact_height_on)
+                & np.where(was, foot_speed < c.contact_speed_off, foot_speed < c.contact_speed_on)
+            )
+            if self._flight:
+                on[:] = False
+            if tau is not None:
+                force = self._foot_force(k, R, tau)
+                on |= np.where(was, force > c.contact_force_off, force > c.contact_force_on)
+            on &= x[2] + lowest < c.contact_max_height
+
             for i in range(2):
                 if not on[i]:
                     self._gated_since[i] = None
                     continue
                 # consistency gate: a "stance" foot whose velocity disagrees with the filter is
                 # sliding (touchdown with tangential speed) or not loaded: no measurement
-                gate = _quad3(P[3:6, 3:6] + Rv[i], zv[i] - x[_V])
+                gate = _quad3(P[3:6, 3:6] + Rv[i], nu[i])
                 # less trust at touchdown and in a lightly loaded foot (lift-off, toe roll)
                 scale = 1.0
-                if t - self._contact_t0[i] < c.touchdown_settle_s or not self._contact[i]:
+                if t - self._contact_t0[i] < c.touchdown_settle_s or not was[i]:
                     scale = c.touchdown_noise_scale
                 if tau is not None:
                     scale = max(scale, min(c.contact_force_full / max(float(force[i]), 1.0), c.touchdown_noise_scale))
@@ -502,6 +507,8 @@ class Estimator:
                         on[i] = False
                 else:
                     self._gated_since[i] = None
+        else:  # no kinematics: keep the last contact state, no leg measurement
+            on = self._contact.copy()
         self._contact_t0[on & ~self._contact] = t
         self._contact = on
         if on.any():
