@@ -257,6 +257,7 @@ class Estimator:
         self._contact_t0 = np.zeros(2)
         self._no_contact_t0 = None
         self._gated_since = [None, None]
+        self._fresh = False
 
     @property
     def initialized(self) -> bool:
@@ -292,6 +293,7 @@ class Estimator:
         self._contact_t0[:] = t - 1.0
         self._t_prev = t
         self._t_good = t
+        self._fresh = True
         self._initialized = True
         self._last = self._output(t, quat, np.zeros(3), R, EstimatorFlags(), np.full(2, np.nan))
         return self._last
@@ -373,8 +375,10 @@ class Estimator:
                 abs(qn - 1.0) > c.quat_norm_tol
                 or float(np.abs(accel).max()) > c.max_accel or float(np.abs(gyro).max()) > c.max_gyro
             )
+            # a repeated message (same time stamp) is stale, not frozen: only count new ticks
             if self._prev_imu is not None and (imu_raw == self._prev_imu).all():
-                self._same_count += 1
+                if self._t_prev is None or t > self._t_prev:
+                    self._same_count += 1
             else:
                 self._same_count = 0
             self._prev_imu = imu_raw
@@ -390,18 +394,17 @@ class Estimator:
                 tau, tau_nan = None, True
 
         # --- initialise on the first good sample
-        fresh = False
         if not self._initialized:
             if imu_ok and joints_ok:
                 self.reset(q, quat, t)
-                fresh = True
             else:
                 return self._held(t, EstimatorFlags(
                     imu_nan=imu_nan, imu_frozen=frozen, imu_out_of_range=out_of_range,
                     joints_nan=not joints_ok, tau_nan=tau_nan, initialized=False))
 
         dt = t - self._t_prev
-        dt_gap = (dt <= 0.0 or dt > c.max_dt) and not fresh
+        dt_gap = (dt <= 0.0 or dt > c.max_dt) and not self._fresh  # (the reset's own sample is no gap)
+        self._fresh = False
         dt = min(max(dt, 0.0), c.max_dt)
         if t > self._t_prev:
             self._t_prev = t
