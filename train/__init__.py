@@ -1,0 +1,1 @@
+"""Training side: MJX G1 environment, BCG, rollouts, SHAC, motions, export."""

@@ -1,0 +1,327 @@
+"""Differentiable G1 imitation environment on MuJoCo MJX.
+
+Pure functions over an explicit state: `reset(rng) -> EnvState`, `step(state, action) ->
+EnvState`, both for ONE environment (batch them with `jax.vmap`; `reset_batch` does it).
+Everything is jit/vmap-able and differentiable (`jax.grad` through `step` w.r.t. the action
+and the incoming state).
+
+- Control at 1 / control_dt (50 Hz) with `substeps` physics steps (4 -> 200 Hz). At every
+  substep the PD runs exactly as on the robot's drives:
+  tau = clip(kp * (q* - q) - kd * dq, +-TORQUE_LIMIT), q* = action_to_joint_target(action),
+  kp/kd = g1.KP/g1.KD times the environment's randomised scales.
+- Contact stiffness is one knob (`EnvConfig.stiffness`, see robots/model.py); it lives in the
+  per-environment `EnvParams` (train/domain_rand.py) so it can be changed without recompiling.
+- Observations come from the one builder in policies/observation.py: base_lin_vel in the
+  pelvis frame and pelvis height from the true state, optionally noised.
+- Reward (train/rewards.py) against the reference row of the time reached after the step.
+- done = fall (pelvis low, tilted, or non-finite state) or end of motion; truncated = end of
+  motion. `step` does NOT auto-reset: train/rollout.py does (stop_gradient through the reset).
+- Link positions (foot heights) come from the last substep's forward pass, i.e. they lag the
+  returned qpos by one physics substep (5 ms); qpos/qvel-derived quantities are exact.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from mujoco import mjx
+
+from policies import observation as O
+from policies.action import ACTION_SCALE, action_to_joint_target
+from robots import g1
+from robots import model as M
+from train import domain_rand as DR
+from train import rewards as R
+
+# Uniform observation noise half-widths, multiplied by EnvConfig.obs_noise.
+OBS_NOISE = {
+    "gyro": 0.2,  # rad/s
+    "quat": 0.05,  # per quaternion component, renormalised (~3 deg of tilt)
+    "q": 0.01,  # rad
+    "dq": 1.5,  # rad/s
+    "base_lin_vel": 0.1,  # m/s (the estimator's error on the robot)
+    "base_height": 0.02,  # m
+}
+
+
+class Motion(Protocol):
+    name: str
+    ref_q: Any  # (T, 29) reference joint positions at control_dt, from t = 0
+    ref_height: Any  # (T,) reference pelvis height
+    ref_foot_height: Any  # (T, 2) reference lowest foot-sphere bottom above the floor, left/right
+    reward_weights: dict
+    duration: float
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
+    stiffness: str | float = "stiff"  # robots.model.STIFFNESS_TIMECONST name or a solref timeconst (s)
+    substeps: int = 4  # physics steps per control step
+    control_dt: float = g1.CONTROL_DT
+    action_scale: float = ACTION_SCALE
+    obs_noise: float = 1.0  # multiplier of OBS_NOISE; 0 switches noise off
+    min_base_height: float = 0.4  # m: fall below it
+    max_tilt: float = 1.0  # rad between the pelvis z axis and the vertical: fall beyond it
+    max_height_error: float | None = None  # m, |h - h*| beyond it ends the episode (None: off)
+    stiff_force: float = 400.0  # N per foot sphere: the `stiff_contact` metric (BCG has its own tau)
+    foot_friction: float = 0.6  # nominal, used when domain randomisation is off
+    domain_rand: DR.DomainRandConfig = DR.DomainRandConfig()
+    mjcf: str | None = None
+
+    @property
+    def physics_dt(self) -> float:
+        return self.control_dt / self.substeps
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class EnvState:
+    """One environment's state (a pytree; a batch carries a leading env axis on every leaf)."""
+
+    data: mjx.Data
+    step: jax.Array  # int32, control steps since reset
+    last_action: jax.Array  # (29,) the action of the previous step (raw policy output)
+    obs: jax.Array  # (obs_size,) observation of this state
+    reward: jax.Array  # () reward of the step that led here
+    done: jax.Array  # () bool: fell or end of motion
+    truncated: jax.Array  # () bool: end of motion
+    metrics: dict  # str -> () per-env scalars
+    contact_force: jax.Array  # (8,) max normal force (N) per foot sphere over the last step's substeps
+    dr: DR.EnvParams  # physics parameters of this environment
+    rng: jax.Array  # key for observation noise and pushes
+
+    def replace(self, **kw) -> "EnvState":
+        return dataclasses.replace(self, **kw)
+
+
+def stiff_contact(contact_force: jax.Array, sphere_foot: np.ndarray, tau: float | jax.Array):
+    """The stiff-contact detector: per foot, is any sphere's normal force above tau?
+
+    contact_force: (..., 8) per-sphere normal force; returns (stiff_env (...,), stiff_feet (..., 2)).
+    """
+    above = contact_force > tau
+    feet = jnp.stack([jnp.any(above[..., sphere_foot == f], axis=-1) for f in (0, 1)], axis=-1)
+    return jnp.any(feet, axis=-1), feet
+
+
+class G1Env:
+    action_size = g1.NUM_MOTORS
+
+    def __init__(self, cfg: EnvConfig = EnvConfig(), motion: Motion | None = None):
+        if motion is None:
+            raise ValueError("G1Env needs a motion (train/motions.py), e.g. motions.load('jump')")
+        self.cfg = cfg
+        self.motion = motion
+        ref_q = np.asarray(motion.ref_q, dtype=float)
+        ref_h = np.asarray(motion.ref_height, dtype=float)
+        ref_f = np.asarray(motion.ref_foot_height, dtype=float)
+        T = ref_q.shape[0]
+        if ref_q.shape != (T, g1.NUM_MOTORS) or ref_h.shape != (T,) or ref_f.shape != (T, 2) or T < 2:
+            raise ValueError(
+                f"motion {motion.name!r}: expected ref_q (T, 29), ref_height (T,), ref_foot_height (T, 2) "
+                f"with T >= 2, got {ref_q.shape}, {ref_h.shape}, {ref_f.shape}"
+            )
+        self.episode_length = T - 1  # control steps from frame 0 to the last frame
+        # Optional references (train/motions.py provides them); derived when absent.
+        ref_dq = getattr(motion, "ref_dq", None)
+        ref_dq = np.gradient(ref_q, cfg.control_dt, axis=0) if ref_dq is None else np.asarray(ref_dq, float)
+        ref_v = getattr(motion, "ref_base_lin_vel", None)
+        if ref_v is None:
+            ref_v = np.zeros((T, 3))
+            ref_v[:, 2] = np.gradient(ref_h, cfg.control_dt)
+        ref_c = getattr(motion, "contact", None)
+        ref_c = ref_f < 0.01 if ref_c is None else np.asarray(ref_c, bool)
+        self.reward_weights = R.resolve_weights(getattr(motion, "reward_weights", None))
+        self.duration = float(getattr(motion, "duration", self.episode_length * cfg.control_dt))
+
+        # Model: feet-only G1, contact stiffness from the config.
+        self.timeconst = M.contact_timeconst(cfg.stiffness)
+        mcfg = M.TrainModelConfig(stiffness=self.timeconst, timestep=cfg.physics_dt,
+                                  foot_friction=cfg.foot_friction, mjcf=cfg.mjcf)
+        self.mj_model = m = M.build_training_model(mcfg)
+        self.mx = mjx.put_model(m)
+        self.qadr = M.motor_qpos_adr(m)
+        self.dadr = M.motor_dof_adr(m)
+        self.leg_qadr = (self.qadr[g1.LEG_L], self.qadr[g1.LEG_R])
+        self.leg_dadr = (self.dadr[g1.LEG_L], self.dadr[g1.LEG_R])
+        self.foot_site = np.array([m.site(n).id for n in g1.FOOT_SITES])
+        self.foot_body = np.array([m.body(n).id for n in g1.FOOT_BODIES])
+
+        # Initial state: reference frame 0, pelvis lowered/raised so the lowest foot sphere
+        # touches the floor, zero velocity.
+        d = mujoco.MjData(m)
+        d.qpos[:] = 0.0
+        d.qpos[2] = ref_h[0]
+        d.qpos[3] = 1.0
+        d.qpos[self.qadr] = ref_q[0]
+        mujoco.mj_forward(m, d)
+        floor = m.geom("floor").id
+        sph = [i for i in range(m.ngeom) if i != floor and m.geom_contype[i] and m.geom_type[i] == mujoco.mjtGeom.mjGEOM_SPHERE]
+        self.sphere_geoms = np.array(sph)
+        self.sphere_radius = m.geom_size[self.sphere_geoms, 0].copy()
+        bottom = d.geom_xpos[self.sphere_geoms, 2] - self.sphere_radius
+        d.qpos[2] -= bottom.min()
+        mujoco.mj_forward(m, d)
+        self.init_qpos = d.qpos.copy()
+        self.init_data = mjx.put_data(m, d)
+        foot_of_body = {int(b): i for i, b in enumerate(self.foot_body)}
+        self.sphere_foot = np.array([foot_of_body[int(m.geom_bodyid[g])] for g in self.sphere_geoms])
+        self.contact_geoms = np.concatenate([[floor], self.sphere_geoms])
+
+        # Contact rows: MJX keeps a fixed contact list (floor x each sphere), each condim-3 pyramid = 4 rows.
+        con = jax.jit(mjx.collision)(self.mx, self.init_data)._impl.contact
+        con_geom = np.asarray(con.geom)
+        adr = np.asarray(con.efc_address)
+        dim = np.asarray(con.dim)
+        rows = []
+        for g in self.sphere_geoms:
+            (ci,) = np.nonzero((con_geom == g).any(axis=1))
+            if len(ci) != 1 or dim[ci[0]] != 3 or adr[ci[0]] < 0:
+                raise RuntimeError(f"unexpected MJX contact layout for sphere geom {g}: contacts {ci}, dim {dim}")
+            rows.append(adr[ci[0]] + np.arange(4))
+        self.sphere_efc_rows = np.array(rows)  # (8, 4)
+        self.num_spheres = len(self.sphere_geoms)
+
+        fdt = jnp.asarray(0.0).dtype
+        self._ref_q = jnp.asarray(ref_q, fdt)
+        self._ref_h = jnp.asarray(ref_h, fdt)
+        self._ref_f = jnp.asarray(ref_f, fdt)
+        self._ref_dq = jnp.asarray(ref_dq, fdt)
+        self._ref_v = jnp.asarray(ref_v, fdt)
+        self._ref_c = jnp.asarray(ref_c)
+        self._kp = jnp.asarray(g1.KP, fdt)
+        self._kd = jnp.asarray(g1.KD, fdt)
+        self._lim = jnp.asarray(g1.TORQUE_LIMIT, fdt)
+        self._nominal = DR.nominal_params(m.nbody, cfg.foot_friction, self.timeconst)
+        self.obs_specs = O.term_specs()
+        self.observation_size = O.obs_size(self.obs_specs)
+        self._metric_zeros = None
+
+    # ------------------------------------------------------------------ helpers
+    def sphere_forces(self, data: mjx.Data) -> jax.Array:
+        """(8,) normal force of each foot sphere's floor contact in the last substep (N)."""
+        return data._impl.efc_force[self.sphere_efc_rows].sum(-1)
+
+    def foot_heights(self, data: mjx.Data) -> jax.Array:
+        """(2,) lowest sphere bottom above the floor per foot (left, right), from data's kinematics."""
+        bottom = data.geom_xpos[self.sphere_geoms, 2] - self.sphere_radius
+        return jnp.stack([bottom[self.sphere_foot == f].min() for f in (0, 1)])
+
+    def model_for(self, p: DR.EnvParams) -> mjx.Model:
+        return DR.apply_to_model(self.mx, p, self.contact_geoms)
+
+    def observe(self, state: EnvState) -> jax.Array:
+        """Observation of `state` (noise drawn from a key derived from state.rng)."""
+        cfg = self.cfg
+        qpos, qvel = state.data.qpos, state.data.qvel
+        quat = qpos[3:7]
+        gyro = qvel[3:6]  # free joint angular velocity is in the pelvis frame
+        lin = O.quat_rotate_inverse(quat, qvel[0:3], xp=jnp)
+        q, dq, h = qpos[self.qadr], qvel[self.dadr], qpos[2]
+        if cfg.obs_noise > 0:
+            k = jax.random.split(jax.random.fold_in(state.rng, 7), 6)
+            u = lambda key, x, name: x + cfg.obs_noise * OBS_NOISE[name] * jax.random.uniform(  # noqa: E731
+                key, jnp.shape(x), x.dtype, -1.0, 1.0)
+            gyro, q, dq, lin, h = (u(k[0], gyro, "gyro"), u(k[1], q, "q"), u(k[2], dq, "dq"),
+                                   u(k[3], lin, "base_lin_vel"), u(k[4], h, "base_height"))
+            quat = u(k[5], quat, "quat")
+            quat = quat / jnp.linalg.norm(quat)
+        ref_q, ref_h = O.reference_window(self._ref_q, self._ref_h, state.step, xp=jnp)
+        phase = jnp.clip(state.step * cfg.control_dt / self.duration, 0.0, 1.0).astype(qpos.dtype)
+        inputs = O.ObsInputs(gyro=gyro, quat=quat, q=q, dq=dq, last_action=state.last_action,
+                             base_lin_vel=lin, base_height=h, phase=phase, ref_q=ref_q, ref_height=ref_h)
+        return O.build_observation(self.obs_specs, inputs, xp=jnp)
+
+    def fell(self, data: mjx.Data, step: jax.Array) -> jax.Array:
+        """Termination by falling: pelvis too low, tilted too far, non-finite state (or, if
+        configured, pelvis height too far from the reference)."""
+        cfg = self.cfg
+        qpos, qvel = data.qpos, data.qvel
+        h = qpos[2]
+        grav = O.projected_gravity(qpos[3:7], xp=jnp)
+        finite = jnp.all(jnp.isfinite(qpos)) & jnp.all(jnp.isfinite(qvel))
+        out = (h < cfg.min_base_height) | (-grav[2] < np.cos(cfg.max_tilt)) | ~finite
+        if cfg.max_height_error is not None:
+            out = out | (jnp.abs(h - self._ref_h[jnp.minimum(step, self.episode_length)]) > cfg.max_height_error)
+        return out
+
+    def _evaluate(self, data, step, action, last_action, torque_sq, contact_force):
+        """Reward, fall flag and metrics of the state reached at control step `step`."""
+        cfg = self.cfg
+        i = jnp.minimum(step, self.episode_length)
+        qpos, qvel = data.qpos, data.qvel
+        q, h = qpos[self.qadr], qpos[2]
+        grav = O.projected_gravity(qpos[3:7], xp=jnp)
+        feet = self.foot_heights(data)
+        in_contact = jnp.stack([jnp.any(contact_force[self.sphere_foot == f] > R.CONTACT_FORCE) for f in (0, 1)])
+        fell = self.fell(data, step)
+        x = R.RewardInputs(q=q, ref_q=self._ref_q[i], dq=qvel[self.dadr], ref_dq=self._ref_dq[i],
+                           base_height=h, ref_height=self._ref_h[i], base_lin_vel=qvel[0:3],
+                           ref_base_lin_vel=self._ref_v[i], gravity=grav, foot_height=feet,
+                           ref_foot_height=self._ref_f[i], foot_contact=in_contact, ref_contact=self._ref_c[i],
+                           fell=fell, action=action, last_action=last_action, torque_sq=torque_sq)
+        terms = R.reward_terms(x)
+        finite = jnp.all(jnp.isfinite(qpos)) & jnp.all(jnp.isfinite(qvel))
+        reward = jnp.where(finite, R.total_reward(terms, self.reward_weights), 0.0)
+        stiff, _ = stiff_contact(contact_force, self.sphere_foot, cfg.stiff_force)
+        metrics = {
+            "joint_pos_err": jnp.sqrt(jnp.mean((q - self._ref_q[i]) ** 2)),  # rad RMS over joints
+            "base_height": h,
+            "base_height_err": jnp.abs(h - self._ref_h[i]),
+            "foot_height_left": feet[0],
+            "foot_height_right": feet[1],
+            "foot_height_err": jnp.mean(jnp.abs(feet - self._ref_f[i])),
+            "contact_force_max": contact_force.max(),
+            "stiff_contact": stiff.astype(qpos.dtype),
+            "fell": fell.astype(qpos.dtype),
+            **{f"r_{k}": v for k, v in terms.items()},
+        }
+        return reward, fell, metrics
+
+    # ------------------------------------------------------------------ API
+    def reset(self, rng: jax.Array) -> EnvState:
+        """Reference frame 0, feet on the floor, zero velocity, freshly sampled EnvParams."""
+        k_dr, k_state = jax.random.split(rng)
+        dr = DR.sample_params(k_dr, self.cfg.domain_rand, self._nominal)
+        fdt = self._kp.dtype
+        zeros_a = jnp.zeros(g1.NUM_MOTORS, fdt)
+        data = self.init_data
+        force = jnp.zeros(self.num_spheres, fdt)
+        _, _, metrics = self._evaluate(data, jnp.int32(0), zeros_a, zeros_a, jnp.zeros((), fdt), force)
+        state = EnvState(
+            data=data, step=jnp.int32(0), last_action=zeros_a, obs=jnp.zeros(self.observation_size, fdt),
+            reward=jnp.zeros((), fdt), done=jnp.asarray(False), truncated=jnp.asarray(False),
+            metrics=jax.tree.map(jnp.zeros_like, metrics), contact_force=force, dr=dr, rng=k_state,
+        )
+        return state.replace(obs=self.observe(state))
+
+    def reset_batch(self, rng: jax.Array, num_envs: int) -> EnvState:
+        return jax.vmap(self.reset)(jax.random.split(rng, num_envs))
+
+    def step(self, state: EnvState, action: jax.Array) -> EnvState:
+        cfg = self.cfg
+        p = state.dr
+        mx = self.model_for(p)
+        rng, k_push = jax.random.split(state.rng)
+        applied = jnp.where(p.latency, state.last_action, action)
+        q_target = action_to_joint_target(applied, cfg.action_scale, xp=jnp)
+        kp, kd, lim = self._kp * p.kp_scale, self._kd * p.kd_scale, self._lim
+        data = state.data.replace(qvel=DR.maybe_push(k_push, state.data.qvel, p))
+
+        def substep(d, _):
+            tau = jnp.clip(kp * (q_target - d.qpos[self.qadr]) - kd * d.qvel[self.dadr], -lim, lim)
+            d = mjx.step(mx, d.replace(ctrl=tau))
+            return d, (self.sphere_forces(d), jnp.sum(tau ** 2))
+
+        data, (forces, tau_sq) = jax.lax.scan(substep, data, None, length=cfg.substeps)
+        contact_force = forces.max(0)
+        step = state.step + 1
+        reward, fell, metrics = self._evaluate(data, step, action, state.last_action, tau_sq.mean(), contact_force)
+        truncated = step >= self.episode_length
+        new = state.replace(data=data, step=step, last_action=action, reward=reward, done=fell | truncated,
+                            truncated=truncated, metrics=metrics, contact_force=contact_force, rng=rng)
+        return new.replace(obs=self.observe(new))
