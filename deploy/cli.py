@@ -27,6 +27,7 @@ from deploy.preflight import PreflightError
 from policies.artifact import POLICY_ROOT, YAML_NAME, available_motions
 
 EXIT_OK, EXIT_DAMPING, EXIT_PREFLIGHT = 0, 1, 2
+BRIDGE_PRIORITY = 5  # SCHED_FIFO for the sim bridge when permitted (below the loop's 10)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,7 +143,10 @@ def main(argv=None) -> int:
             echo(f"[deploy] starting the sim bridge (domain {args.domain}, {args.net_if}) ...")
             bridge_ctx = launch_bridge_process(["--gt-decimation", "5", *shlex.split(args.bridge_args)], domain=args.domain,
                                                interface=args.net_if)
-            bridge_ctx.__enter__()
+            bridge = bridge_ctx.__enter__()
+            from deploy.loop import boost_process
+
+            echo(f"[deploy] sim bridge scheduling: {boost_process(bridge.proc.pid, BRIDGE_PRIORITY)}")
         summary = run(cfg, echo=echo, on_loop=lambda loop: holder.__setitem__("loop", loop))
     except PreflightError as e:
         print(f"deploy: error: {e}", file=sys.stderr, flush=True)

@@ -225,10 +225,11 @@ class Link:
 
 
 class LowCmdObserver:
-    """Counts and keeps recent LowCmds on rt/lowcmd (tests and benchmarks use it to prove what did
-    or did not leave the loop). Needs DDS initialised in this process on the loop's domain."""
+    """Listens on rt/lowcmd (tests and benchmarks use it to prove what did or did not leave a loop):
+    keeps recent commands and, cheaply, every change of command kind (position / damping / zero).
+    Needs DDS initialised in this process (protocol.init_dds) on the loop's domain."""
 
-    def __init__(self, domain: int, keep: int = 100000) -> None:
+    def __init__(self, domain: int, keep: int = 50000) -> None:
         import collections
 
         from cyclonedds.core import Listener
@@ -236,14 +237,16 @@ class LowCmdObserver:
         from cyclonedds.qos import Policy, Qos
         from cyclonedds.sub import DataReader
         from cyclonedds.topic import Topic
+        from cyclonedds.util import duration
         from unitree_sdk2py.idl.unitree_hg.msg.dds_ import LowCmd_
 
         self.participant = DomainParticipant(domain)
         topic = Topic(self.participant, protocol.TOPIC_LOWCMD, LowCmd_)
         self._lock = threading.Lock()
         self.samples: collections.deque = collections.deque(maxlen=keep)  # (rx_time, record)
+        self.changes: list[tuple[float, str]] = []  # (rx_time, kind) whenever the kind changes
         self.count = 0
-        qos = Qos(Policy.Reliability.Reliable(protocol_duration(1.0)), Policy.History.KeepLast(64))
+        qos = Qos(Policy.Reliability.Reliable(duration(seconds=1)), Policy.History.KeepLast(64))
         self.reader = DataReader(self.participant, topic, qos, Listener(on_data_available=self._on))
 
     def _on(self, reader: Any) -> None:
@@ -253,19 +256,25 @@ class LowCmdObserver:
                 rec = protocol.lowcmd_record_from_cdr(raw)
             except ValueError:
                 continue
+            kind = record_kind(rec)
             with self._lock:
                 self.samples.append((now, rec))
                 self.count += 1
+                if not self.changes or self.changes[-1][1] != kind:
+                    self.changes.append((now, kind))
 
     def snapshot(self) -> list[tuple[float, np.ndarray]]:
         with self._lock:
             return list(self.samples)
 
-    def first_damping_after(self, t0: float) -> float | None:
-        """time.monotonic() of the first damping LowCmd (kp = 0, kd > 0 on every motor) after t0."""
-        for t, rec in self.snapshot():
-            if t >= t0 and is_damping_record(rec):
-                return t
+    def first(self, kind: str, after: float) -> float | None:
+        """rx time of the first command of `kind` received at or after `after` (None: not yet)."""
+        with self._lock:
+            changes = list(self.changes)
+        for i, (t, k) in enumerate(changes):
+            active_at_after = i + 1 == len(changes) or changes[i + 1][0] > after
+            if k == kind and (t >= after or active_at_after):
+                return max(t, after)
         return None
 
     def close(self) -> None:
@@ -274,12 +283,13 @@ class LowCmdObserver:
             r.__del__()
 
 
-def protocol_duration(seconds: float) -> int:
-    from cyclonedds.util import duration
-
-    return duration(seconds=seconds)
-
-
-def is_damping_record(rec: np.ndarray) -> bool:
+def record_kind(rec: np.ndarray) -> str:
     mc = rec["motor_cmd"][: g1.NUM_MOTORS]
-    return bool(np.all(mc["kp"] == 0) and np.all(mc["kd"] > 0))
+    if np.all(mc["kp"] > 0):
+        return "position"
+    if np.all(mc["kp"] == 0):
+        if np.all(mc["kd"] == 0):
+            return "zero_torque"
+        if np.all(mc["kd"] > 0):
+            return "damping"
+    return "other"

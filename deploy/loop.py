@@ -20,7 +20,6 @@ import sys
 import threading
 import time
 import traceback
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -459,6 +458,21 @@ def _realtime_scheduling(priority: int) -> str:
         return "normal (no permission for SCHED_FIFO)"
 
 
+def boost_process(pid: int, priority: int) -> str:
+    """SCHED_FIFO for every thread of process `pid` (the sim bridge: it stands in for the robot, whose
+    firmware is real time; on a shared machine a starved bridge stops publishing LowState and the stale
+    watchdog rightly trips). Best effort: returns what was done."""
+    if priority <= 0 or not hasattr(os, "sched_setscheduler"):
+        return "normal"
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        for tid in tids:
+            os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(priority))
+        return f"SCHED_FIFO {priority} ({len(tids)} threads)"
+    except (PermissionError, OSError, ValueError):
+        return "normal (no permission for SCHED_FIFO)"
+
+
 def _si(s: State) -> int:
     return STATES.index(s.value)
 
@@ -513,4 +527,4 @@ def run(cfg: LoopConfig, echo: Callable[[str], None] = print, on_loop: Callable[
             sim_client.close()
 
 
-__all__ = ["LoopConfig", "ControlLoop", "run", "PreflightError", "DECIMATION", "STATES"]
+__all__ = ["LoopConfig", "ControlLoop", "run", "PreflightError", "DECIMATION", "STATES", "boost_process"]

@@ -94,8 +94,11 @@ class AutoScript:
     """--auto: the presses an operator would make, by time in state (simulation dry runs)."""
 
     passive_s: float = 0.5  # zero torque before Start
-    hold_s: float = 1.5  # in HOLD after stand-up before A (support released meanwhile)
-    hold_after_s: float = 1.5  # in HOLD after the motion, then the run ends
+    hold_s: float = 1.0  # in HOLD after stand-up before A (the sim's band is released 0.3 s into HOLD)
+    hold_after_s: float = 0.5  # in HOLD after the motion, then the run ends
+    # Short on purpose: holding the default pose on PD alone is not statically stable on the bridge model
+    # (series stiffness of ankle, knee and hip ~90 Nm/rad < m g h ~230 Nm/rad): with the zero-action stand
+    # policy the robot pitches forward ~5 deg within 5 s of the band release and falls after ~7 s.
 
     def presses(self, sm: StateMachine, now: float, motions_done: int) -> frozenset[str]:
         t = sm.time_in_state(now)

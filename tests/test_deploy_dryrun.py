@@ -1,0 +1,91 @@
+"""The dry run end to end over real DDS: `python -m deploy.cli --robot sim --motion stand` (what
+`make deploy ROBOT=sim MOTION=stand` runs) starts the sim bridge, passes pre-flight, runs
+PASSIVE -> STAND_UP -> HOLD -> POLICY -> HOLD with --auto, and writes its summary; and the loop
+reaching damping when its bridge is killed (a bridge of its own, so this module has no shared one)."""
+import json
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from deploy import protocol
+from deploy.cli import BRIDGE_PRIORITY
+from deploy.link import LowCmdObserver, fast_struct_crc
+from deploy.loop import boost_process
+from deploy.sim_bridge import launch_bridge_process
+from robots import g1
+from tests.test_deploy_support import (T_POLICY, assert_damping_run, finish, run_cli, sleep_until,
+                                       start_and_wait_stand_up, summary_of, wait_until)
+
+pytestmark = pytest.mark.dds
+
+SUMMARY_KEYS = ("final_state", "states_visited", "ticks", "deadline_misses", "safety_events", "compute_ms_p50",
+                "compute_ms_p99", "stream_period_error_p99", "fell", "estimator_base_vel_rmse_mps",
+                "estimator_base_height_rmse_m")
+STALE_MIN_S, STALE_BOUND_S = 0.09, 0.3
+
+
+def test_dry_run_end_to_end(dds_domain, tmp_path):
+    observer = LowCmdObserver(dds_domain)
+    try:
+        r = run_cli("--robot", "sim", "--motion", "stand", "--domain", dds_domain, "--run-root", tmp_path,
+                    timeout=180)
+        time.sleep(0.1)
+        cmds = observer.snapshot()
+        changes = list(observer.changes)
+    finally:
+        observer.close()
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    s = summary_of(r.stdout)
+    for k in SUMMARY_KEYS:
+        assert k in s, k
+    assert s["final_state"] == "HOLD"
+    assert s["states_visited"] == ["PASSIVE", "STAND_UP", "HOLD", "POLICY"]
+    assert s["safety_events"] == []
+    assert s["fell"] is False  # ground truth: pelvis stayed above 0.45 m and within 46 deg of upright
+    assert [t["to"] for t in s["transitions"]] == ["STAND_UP", "HOLD", "POLICY", "HOLD"]
+    assert s["policy_ticks"] == 200  # 4 s stand motion at 50 Hz
+    assert s["ticks"] > 0.9 * s["duration_s"] / g1.COMMAND_DT  # the 500 Hz stream kept (almost) every slot
+    assert s["compute_ms_p50"] < 5.0 and s["compute_ms_p99"] < 20.0  # budget: one 20 ms policy period
+    assert s["stream_period_error_p99"] < 2.0  # p99 of |period - 2 ms| / 2 ms, a loaded 2-core machine
+    assert 0 <= s["estimator_base_vel_rmse_mps"] < 0.1 and 0 <= s["estimator_base_height_rmse_m"] < 0.03
+    run_dir = Path(s["run_dir"])
+    for f in ("summary.json", "log.npz", "events.json", "joints.png"):
+        assert (run_dir / f).is_file(), f
+    assert json.loads((run_dir / "summary.json").read_text()) == s
+    log = np.load(run_dir / "log.npz")
+    assert log["q"].shape == (s["ticks"], 29) and log["pol_obs"].shape == (200, 189)
+    # what reached the wire: valid CRC, the robot's mode_machine, mode_pr 0, 29 motors enabled
+    assert len(cmds) > 0.8 * s["ticks"]
+    for _, rec in cmds[:: max(1, len(cmds) // 200)]:
+        assert fast_struct_crc(rec) == int(rec["crc"]) == protocol.struct_crc(rec)
+        assert int(rec["mode_machine"]) == g1.MODE_MACHINE_29DOF_REV1 and int(rec["mode_pr"]) == 0
+        assert np.all(rec["motor_cmd"]["mode"][:29] == 1) and np.all(rec["motor_cmd"]["mode"][29:] == 0)
+    kinds = [k for _, k in changes]
+    assert kinds == ["zero_torque", "position", "damping"], kinds  # PASSIVE, STAND_UP..HOLD, hand-over at exit
+    print(f"dry run: compute p50/p99 {s['compute_ms_p50']:.2f}/{s['compute_ms_p99']:.2f} ms, stream period error "
+          f"p50/p99 {s['stream_period_error_p50']:.3f}/{s['stream_period_error_p99']:.3f}, deadline misses "
+          f"{s['deadline_misses']}, estimator RMSE {s['estimator_base_vel_rmse_mps']:.4f} m/s "
+          f"{s['estimator_base_height_rmse_m']:.4f} m")
+
+
+def test_bridge_killed_damps_within_bound(dds_domain, tmp_path):
+    """A bridge of its own (it dies); the observer in this process still hears the loop."""
+    with launch_bridge_process(["--gt-decimation", "5"], domain=dds_domain) as b:
+        boost_process(b.proc.pid, BRIDGE_PRIORITY)
+        observer = LowCmdObserver(dds_domain)
+        try:
+            proc, t_p = start_and_wait_stand_up(dds_domain, tmp_path, observer)
+            sleep_until(t_p + T_POLICY + 1.0)
+            t0 = time.monotonic()
+            b.proc.send_signal(signal.SIGKILL)
+            t_d = wait_until(lambda: observer.first("damping", t0), 5, "damping", proc=proc)
+            code, out, err = finish(proc)
+        finally:
+            observer.close()
+    s = assert_damping_run(code, out, err, "stale_state")
+    latency = t_d - t0
+    print(f"bridge killed: SIGKILL -> damping on the wire {latency * 1e3:.1f} ms")
+    assert STALE_MIN_S < latency < STALE_BOUND_S
