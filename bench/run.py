@@ -17,6 +17,7 @@ from pathlib import Path
 
 MODULES: tuple[str, ...] = (
     "bench.estimator",
+    "bench.deploy",
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

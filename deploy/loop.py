@@ -38,6 +38,7 @@ from safety.limits import TILT_LIMIT
 
 STATES = [s.value for s in State]
 DECIMATION = int(round(g1.CONTROL_DT / g1.COMMAND_DT))  # command ticks per policy tick (10)
+POLICY_LEAD_S = 0.0015  # policy ticks: observation + ONNX start this early (p99 compute ~1 ms here)
 FELL_HEIGHT = 0.45  # m: pelvis below this (ground truth) = fallen (standing: 0.785 m)
 
 
@@ -110,28 +111,25 @@ class ControlLoop:
         dt = g1.COMMAND_DT
         gc.collect()
         gc.freeze()  # long-lived objects out of the collector's way: shorter pauses during the loop
+        sched_before = _get_scheduling()
         self.scheduling = _realtime_scheduling(cfg.realtime_priority)
         switch = sys.getswitchinterval()
         sys.setswitchinterval(0.0005)  # GIL handoff to the loop within 0.5 ms (default 5 ms) when DDS threads run
         self.link.open_writer()
         t0 = time.monotonic()
-        self.t0 = t0
-        self.monitor = SafetyMonitor(Limits.default(), cfg.watchdog, period=dt, t0=t0)
+        self.init_run_state(t0)
         self.note(0.0, "start", f"policy {self.art.spec.motion.name}, domain {self.link.domain}, "
                                 f"interface {self.link.interface}, auto={cfg.auto}")
-        self._state_q0 = None
-        self._hold_from = g1.DEFAULT_JOINT_POS.copy()
-        self._policy_target = g1.DEFAULT_JOINT_POS.copy()
-        self._policy_k0 = 0
-        self._last_step = -1
-        self._last_seq = -1
-        self._est = None
-        self._damping_since: float | None = None
         end_reason = "stopped"
         k = 0
         try:
             while True:
                 deadline = t0 + k * dt
+                if self._policy_step_due(k) is not None:  # policy tick: compute ahead, send on time
+                    now = time.monotonic()
+                    if deadline - POLICY_LEAD_S > now:
+                        time.sleep(deadline - POLICY_LEAD_S - now)
+                    self._guarded(self._prepare_policy, k, time.monotonic())
                 now = time.monotonic()
                 if deadline > now:
                     time.sleep(deadline - now)
@@ -152,7 +150,26 @@ class ControlLoop:
                 self._shutdown_damping(cfg.shutdown_damping_s)
             gc.unfreeze()
             sys.setswitchinterval(switch)
+            _set_scheduling(sched_before)
         return self._finish(final_state, end_t)
+
+    def init_run_state(self, t0: float, watchdog: WatchdogConfig | None = None) -> None:
+        """Clock origin, a fresh safety monitor and the per-run controller state (run() calls it; tests
+        that drive `_tick_inner` directly call it too)."""
+        self.t0 = t0
+        self.monitor = SafetyMonitor(Limits.default(), watchdog or self.cfg.watchdog, period=g1.COMMAND_DT, t0=t0)
+        self._state_q0 = None
+        self._hold_from = g1.DEFAULT_JOINT_POS.copy()
+        self._policy_target = g1.DEFAULT_JOINT_POS.copy()
+        self._policy_k0 = 0
+        self._last_step = -1
+        self._last_seq = -1
+        self._est_seq = -1
+        self._pending = None
+        self._pending_times = (0.0, 0.0)
+        self._est_ms_last = 0.0
+        self._est = None
+        self._damping_since = None
 
     def _should_end(self, t: float) -> str | None:
         cfg = self.cfg
@@ -188,6 +205,16 @@ class ControlLoop:
             time.sleep(max(0.0, nxt - time.monotonic()))
 
     # ------------------------------------------------------------------ one command tick
+    def _guarded(self, fn, k: int, wake: float) -> None:
+        """Work before the deadline (policy preparation): an exception latches damping for the tick."""
+        try:
+            fn(k, wake)
+        except Exception as e:  # noqa: BLE001 - any exception -> damping, latched
+            t = wake - self.t0
+            self.monitor.trip("exception", f"{type(e).__name__}: {e}", wake)
+            self.note(t, "exception", traceback.format_exc(limit=6))
+            self._enter_damping(t, "exception")
+
     def _tick(self, k: int, wake: float, lateness: float) -> None:
         t = wake - self.t0
         mon = self.monitor
@@ -204,6 +231,58 @@ class ControlLoop:
             except Exception:  # noqa: BLE001
                 pass
 
+    def _update_estimate(self, s) -> None:
+        """The estimator runs on every new LowState while its output is used: in POLICY (it is reset on
+        entry, standing still in HOLD) and in the HOLD after a motion (for the log and the summary).
+        A non-finite sample is not fed to the filter: the safety gate trips on it in this tick."""
+        st = s.state
+        if s.seq == self._est_seq:
+            return
+        if (self.sm.state == State.POLICY or (self.sm.state == State.HOLD and self.motions_done > 0)) \
+                and all_finite(st.q, st.dq, st.quat, st.gyro, st.acc):
+            self._est_seq = s.seq
+            t0 = time.monotonic()
+            self._est = self.estimator.update(st.tick * 1e-3, st.q, st.dq, st.quat, st.gyro, st.acc, st.tau_est)
+            self._est_ms_last = (time.monotonic() - t0) * 1e3
+
+    def _policy_step_due(self, k: int) -> int | None:
+        """The policy step that command tick k starts, if it must be computed (POLICY, not done)."""
+        if self.sm.state != State.POLICY or self.monitor.latched:
+            return None
+        step = (k - self._policy_k0) // DECIMATION
+        if step == self._last_step or self.runner.done(step):
+            return None
+        return step
+
+    def _prepare_policy(self, k: int, wake: float) -> None:
+        """Run estimator + observation + ONNX for the policy step of tick k ahead of its deadline
+        (POLICY_LEAD_S early), so the command of that tick still leaves on time; the safety gate and the
+        send happen at the deadline with the freshest LowState."""
+        step = self._policy_step_due(k)
+        if step is None:
+            return
+        s = self.link.latest()
+        st = s.state
+        self._update_estimate(s)  # catches up if a LowState arrived since the last tick
+        est = self._est
+        if est is None:
+            return  # the tick at the deadline handles it (trip)
+        self._run_policy(step, st, est, wake)
+
+    def _run_policy(self, step: int, st, est, wake: float):
+        t0 = time.monotonic()
+        out = self.runner.step(step, st.q, st.dq, est.gyro, st.quat, est.base_lin_vel, est.base_height)
+        t1 = time.monotonic()
+        self._last_step = step
+        self._policy_target = out.target
+        self._pending = out
+        # estimator: the cost of its latest update (it runs on every LowState, after the command is sent)
+        self._pending_times = (self._est_ms_last, (t1 - t0) * 1e3)
+        if est.flags.imu_rejected and est.flags.imu_bad_s > 0.05:
+            self.monitor.trip("imu_fault", f"IMU samples rejected for {est.flags.imu_bad_s * 1e3:.0f} ms "
+                                           f"({_flag_text(est.flags)})", wake)
+        return out
+
     def _tick_inner(self, k: int, wake: float, t: float, lateness: float) -> None:
         cfg, sm, mon = self.cfg, self.sm, self.monitor
         s = self.link.latest()
@@ -213,15 +292,6 @@ class ControlLoop:
         self._last_seq = s.seq
         held = frozenset(protocol.button_names(st.remote.buttons))
         pressed = self.edges.update(held) if new else frozenset()
-        t_est0 = time.monotonic()
-        # The estimator runs on every new LowState while its output is used: in POLICY (it is reset on
-        # entry, standing still in HOLD) and in the HOLD after a motion (for the log and the summary).
-        # A non-finite sample is not fed to the filter: the safety gate below trips on it this tick.
-        if new and (sm.state == State.POLICY or (sm.state == State.HOLD and self.motions_done > 0)) \
-                and all_finite(st.q, st.dq, st.quat, st.gyro, st.acc):
-            self._est = self.estimator.update(st.tick * 1e-3, st.q, st.dq, st.quat, st.gyro, st.acc, st.tau_est)
-        est = self._est
-        t_est1 = time.monotonic()
 
         # operator inputs: SIGINT, remote, auto script
         if self._sigint.is_set() and sm.state != State.DAMPING:
@@ -242,8 +312,7 @@ class ControlLoop:
 
         # what the current state wants
         proposed = None
-        policy_out = None
-        t_pol0 = t_pol1 = time.monotonic()
+        policy_out, est_ms, pol_ms = None, 0.0, 0.0
         if sm.state == State.STAND_UP:
             a = min(1.0, sm.time_in_state(t) / cfg.stand_up_s)
             proposed = self._state_q0 + a * (g1.DEFAULT_JOINT_POS - self._state_q0)
@@ -262,16 +331,11 @@ class ControlLoop:
                 # non-finite state; a finite one without an estimate is an estimator fault.
                 if all_finite(st.q, st.dq, st.quat):
                     mon.trip("estimator", "no state estimate available in POLICY", wake)
-            elif step != self._last_step:
-                self._last_step = step
-                t_pol0 = time.monotonic()
-                policy_out = self.runner.step(step, st.q, st.dq, est.gyro, st.quat, est.base_lin_vel,
-                                              est.base_height)
-                t_pol1 = time.monotonic()
-                self._policy_target = policy_out.target
-                if est.flags.imu_rejected and est.flags.imu_bad_s > 0.05:
-                    mon.trip("imu_fault", f"IMU samples rejected for {est.flags.imu_bad_s * 1e3:.0f} ms "
-                                          f"({_flag_text(est.flags)})", wake)
+            elif step != self._last_step:  # not prepared ahead (first step after A): compute it now
+                self._run_policy(step, st, est, wake)
+            if self._pending is not None and self._pending.step == step:
+                policy_out, (est_ms, pol_ms) = self._pending, self._pending_times
+                self._pending = None
             proposed = self._policy_target
         if sm.state == State.HOLD:
             a = min(1.0, sm.time_in_state(t) / cfg.hold_blend_s) if cfg.hold_blend_s > 0 else 1.0
@@ -287,10 +351,14 @@ class ControlLoop:
         sent = self.link.send(cmd, self.mode_machine)
         if cmd.kind == "damping" and self._estop_press_t is not None and self.estop_latency_s is None:
             self.estop_latency_s = sent - self._estop_press_t
+        # after the send (not on the command's path): the estimator, for the next policy step and the log
+        self._update_estimate(s)
+        est = self._est
 
         # log
         self.ticks.append(
-            t=t, lateness=lateness, work_ms=(t_saf1 - wake) * 1e3, sent=sent - self.t0, state=_si(sm.state),
+            t=t, lateness=lateness, work_ms=(t_saf1 - wake) * 1e3, tick_ms=(time.monotonic() - wake) * 1e3,
+            sent=sent - self.t0, state=_si(sm.state),
             tick=st.tick, rx_age=wake - s.rx_time, new=float(new), buttons=st.remote.buttons,
             q=st.q, dq=st.dq, quat=st.quat, gyro=st.gyro, acc=st.acc, tau_est=st.tau_est,
             proposed=proposed, cmd_q=cmd.q, cmd_kp=cmd.kp, cmd_kd=cmd.kd,
@@ -300,11 +368,11 @@ class ControlLoop:
             est_flags=_flag_bits(est.flags) if est is not None else None,
         )
         if policy_out is not None:
+            saf_ms = (t_saf1 - t_saf0) * 1e3
             self.pol.append(
                 t=t, step=policy_out.step, phase=policy_out.phase, obs=policy_out.obs, action=policy_out.action,
-                target=policy_out.target, cmd_q=cmd.q, est_ms=(t_est1 - t_est0) * 1e3,
-                policy_ms=(t_pol1 - t_pol0) * 1e3, safety_ms=(t_saf1 - t_saf0) * 1e3,
-                compute_ms=((t_est1 - t_est0) + (t_pol1 - t_pol0) + (t_saf1 - t_saf0)) * 1e3,
+                target=policy_out.target, cmd_q=cmd.q, est_ms=est_ms, policy_ms=pol_ms, safety_ms=saf_ms,
+                compute_ms=est_ms + pol_ms + saf_ms,
             )
 
     # ------------------------------------------------------------------ transitions
@@ -323,10 +391,12 @@ class ControlLoop:
             self.runner.reset()
             self._policy_k0 = k
             self._last_step = -1
+            self._pending = None
             self._policy_target = g1.DEFAULT_JOINT_POS.copy()
             # standing still in HOLD: the estimator's reset assumption (at rest, lower foot on the ground)
             try:
                 self._est = self.estimator.reset(st.q, st.quat, st.tick * 1e-3)
+                self._est_seq = self._last_seq  # this sample is the reset's
             except ValueError as e:
                 self.note(t, "estimator", f"reset skipped: {e}")
 
@@ -458,6 +528,21 @@ def _realtime_scheduling(priority: int) -> str:
         return "normal (no permission for SCHED_FIFO)"
 
 
+def _get_scheduling():
+    try:
+        return os.sched_getscheduler(0), os.sched_getparam(0)
+    except (AttributeError, OSError):
+        return None
+
+
+def _set_scheduling(saved) -> None:
+    if saved is not None:
+        try:
+            os.sched_setscheduler(0, saved[0], saved[1])
+        except OSError:
+            pass
+
+
 def boost_process(pid: int, priority: int) -> str:
     """SCHED_FIFO for every thread of process `pid` (the sim bridge: it stands in for the robot, whose
     firmware is real time; on a shared machine a starved bridge stops publishing LowState and the stale
@@ -487,7 +572,7 @@ def _flag_text(flags) -> str:
 
 def _tick_fields() -> dict:
     n = g1.NUM_MOTORS
-    return dict(t=(), lateness=(), work_ms=(), sent=(), state=(), tick=(), rx_age=(), new=(), buttons=(),
+    return dict(t=(), lateness=(), work_ms=(), tick_ms=(), sent=(), state=(), tick=(), rx_age=(), new=(), buttons=(),
                 q=(n,), dq=(n,), quat=(4,), gyro=(3,), acc=(3,), tau_est=(n,), proposed=(n,), cmd_q=(n,),
                 cmd_kp=(n,), cmd_kd=(n,), est_vel=(3,), est_height=(), est_contact=(2,), est_flags=())
 

@@ -208,12 +208,9 @@ def test_no_lowcmd_leaving_the_loop_exceeds_limits(stand_art, estimator, states,
     loop = ControlLoop(LoopConfig(policy_dir=str(stand_art.path)), stand_art, link,
                        runner=ScriptedRunner(targets), echo=lambda s: None, estimator=estimator)
     # the loop's run() without its clock: drive _tick_inner directly, one command tick each
-    from safety import SafetyMonitor, WatchdogConfig
+    from safety import WatchdogConfig
 
-    loop.t0 = 0.0
-    loop.monitor = SafetyMonitor(Limits.default(), WatchdogConfig(1e9, 1e9, 1e9), t0=0.0)
-    loop._state_q0, loop._hold_from, loop._policy_target = None, g1.DEFAULT_JOINT_POS.copy(), g1.DEFAULT_JOINT_POS.copy()
-    loop._policy_k0, loop._last_step, loop._last_seq, loop._est, loop._damping_since = 0, -1, -1, None, None
+    loop.init_run_state(0.0, WatchdogConfig(1e9, 1e9, 1e9))
     link.sample = _sample(states[0], 1, 0.0)
     loop.sm.go(State.STAND_UP, 0.0, "test")
     loop._on_enter(State.PASSIVE, State.STAND_UP, 0.0, 0, link.sample.state)
@@ -226,6 +223,8 @@ def test_no_lowcmd_leaving_the_loop_exceeds_limits(stand_art, estimator, states,
         link.sample = _sample(s, k + 2, k * g1.COMMAND_DT)
         st_ = link.sample.state
         prev_pos = loop.monitor.prev_target.copy() if loop.monitor.prev_target is not None else None
+        if loop._policy_step_due(k) is not None:  # as run() does: policy computed ahead of the deadline
+            loop._prepare_policy(k, k * g1.COMMAND_DT)
         loop._tick_inner(k, k * g1.COMMAND_DT, k * g1.COMMAND_DT, 0.0)
         a = protocol.lowcmd_arrays(link.records[-1])
         assert a.crc == protocol.struct_crc(link.records[-1])

@@ -1,0 +1,121 @@
+"""Deploy loop timing against the sim bridge over real DDS on loopback.
+
+`run()` (the `make bench` entry) starts a sim bridge, runs the deploy loop as `make deploy ROBOT=sim`
+does (its own process, --auto, stand policy or --motion) and reads its summary:
+  deploy_compute_ms_p50/p99          per policy tick: estimator + observation + ONNX + safety
+  deploy_estimator_ms_p50, deploy_policy_ms_p50 (observation + ONNX), deploy_safety_ms_p50
+  deploy_stream_period_error_p50/p99 |LowCmd send interval - 2 ms| / 2 ms over the whole run
+  deploy_deadline_misses, deploy_ticks, deploy_max_lateness_ms
+then a second run in which the virtual remote presses Select during POLICY:
+  deploy_estop_to_damping_ms         press sent (this process) -> first damping LowCmd heard here
+  deploy_estop_internal_ms           LowState carrying the press received -> damping sent (loop log)
+
+    python -m bench.deploy [--motion stand]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from deploy import protocol
+
+T_POLICY = 3.5  # s from the first position command to POLICY (deploy.state_machine.AutoScript defaults)
+
+
+def _domain() -> int:
+    return int(os.environ.get("G1_BENCH_DDS_DOMAIN", 100 + (os.getpid() + 60) % 120))
+
+
+def _cli(domain: int, run_root: str, motion: str):
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")])))
+    cmd = [sys.executable, "-u", "-m", "deploy.cli", "--robot", "sim", "--no-bridge", "--domain", str(domain),
+           "--motion", motion, "--run-root", run_root, "--no-plot", "--quiet"]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(repo),
+                            stdin=subprocess.DEVNULL)
+
+
+def _summary(proc) -> dict:
+    out, err = proc.communicate(timeout=120)
+    for line in out.splitlines():
+        if line.startswith("summary: "):
+            return json.loads(Path(line[len("summary: "):]).read_text())
+    raise RuntimeError(f"deploy run failed ({proc.returncode}):\n{out}\n{err}")
+
+
+def run(motion: str = "stand") -> dict:
+    from deploy.cli import BRIDGE_PRIORITY
+    from deploy.link import LowCmdObserver
+    from deploy.loop import boost_process
+    from deploy.sim_bridge import launch_bridge_process
+    from deploy.sim_msgs import SimClient
+
+    domain = _domain()
+    protocol.init_dds(domain, protocol.SIM_INTERFACE)
+    out: dict = {}
+    with tempfile.TemporaryDirectory() as tmp, \
+            launch_bridge_process(["--gt-decimation", "5"], domain=domain) as bridge:
+        boost_process(bridge.proc.pid, BRIDGE_PRIORITY)
+        sim = SimClient(domain, timeout=10.0)
+        obs = LowCmdObserver(domain)
+        try:
+            # 1. the dry run
+            s = _summary(_cli(domain, tmp, motion))
+            if s["final_state"] != "HOLD" or s["safety_events"]:
+                raise RuntimeError(f"dry run did not finish cleanly: {s['final_state']} {s['safety_events']}")
+            log = np.load(Path(s["run_dir"]) / "log.npz")
+            out.update({
+                "deploy_compute_ms_p50": s["compute_ms_p50"], "deploy_compute_ms_p99": s["compute_ms_p99"],
+                "deploy_estimator_ms_p50": float(np.median(log["pol_est_ms"])),
+                "deploy_policy_ms_p50": float(np.median(log["pol_policy_ms"])),
+                "deploy_safety_ms_p50": float(np.median(log["pol_safety_ms"])),
+                "deploy_tick_work_ms_p50": float(np.percentile(log["work_ms"], 50)),
+                "deploy_tick_work_ms_p99": float(np.percentile(log["work_ms"], 99)),
+                "deploy_stream_period_error_p50": s["stream_period_error_p50"],
+                "deploy_stream_period_error_p99": s["stream_period_error_p99"],
+                "deploy_deadline_misses": s["deadline_misses"], "deploy_ticks": s["ticks"],
+                "deploy_max_lateness_ms": s["max_lateness_ms"], "deploy_scheduling": s.get("scheduling"),
+            })
+            # 2. e-stop latency: Select pressed 1 s into POLICY
+            sim.reset()
+            t_start = time.monotonic()
+            proc = _cli(domain, tmp, motion)
+            t_p = _wait(lambda: obs.first("position", t_start), 40)
+            time.sleep(max(0.0, t_p + T_POLICY + 1.0 - time.monotonic()))
+            t0 = time.monotonic()
+            sim.press("Select", hold_s=0.3, wait=False)
+            t_d = _wait(lambda: obs.first("damping", t0), 5)
+            s2 = _summary(proc)
+            out["deploy_estop_to_damping_ms"] = (t_d - t0) * 1e3
+            out["deploy_estop_internal_ms"] = (s2["estop_to_damping_s"] or float("nan")) * 1e3
+        finally:
+            obs.close()
+            sim.close()
+    return out
+
+
+def _wait(pred, timeout: float):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.002)
+    raise TimeoutError("deploy bench: timed out waiting on the loop")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--motion", default="stand")
+    res = run(ap.parse_args().motion)
+    for k, v in res.items():
+        print(f"{k:36s} {v:.4g}" if isinstance(v, float) else f"{k:36s} {v}")
