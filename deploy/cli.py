@@ -9,6 +9,8 @@ sim: starts the sim bridge (DDS domain 1 on lo) in a subprocess, runs pre-flight
 g1:  the real robot, DDS domain 0 on --net-if; asks for an interactive confirmation; buttons on the
      remote drive the state machine (Start, A; Select or L2+B = damping). Ctrl-C = damping; a
      second Ctrl-C exits. --auto on the real robot needs --i-know-this-is-a-real-robot.
+Without --auto (g1, or sim with --no-auto) DAMPING streams until a second Ctrl-C; with --auto the
+run ends 1 s after entering DAMPING.
 
 Exit codes: 0 run finished outside DAMPING, 1 run ended in DAMPING (see safety_events),
 2 usage / artifact / pre-flight error (nothing was commanded).
@@ -118,7 +120,7 @@ def main(argv=None) -> int:
     cfg = LoopConfig(
         policy_dir=str(policy_dir), domain=args.domain, interface=args.net_if, sim=args.robot == "sim",
         auto=args.auto, stand_up_s=args.stand_up_s, state_timeout_s=args.state_timeout, max_run_s=args.max_run_s,
-        exit_on_damping=args.auto or args.robot == "sim", run_root=args.run_root, plot=not args.no_plot,
+        exit_on_damping=args.auto, run_root=args.run_root, plot=not args.no_plot,
         ground_truth=args.robot == "sim",
     )
     holder = {}

@@ -12,6 +12,7 @@ Bounds (measured on a 2-core machine shared with JAX compiles, loop at SCHED_FIF
   pelvis tilt crosses 0.8 rad -> damping:    typically < 15 ms; asserted < 100 ms
   NaN policy output -> damping:              the same command tick (no position command in POLICY)
 """
+import signal
 import time
 
 import numpy as np
@@ -25,8 +26,8 @@ from deploy.sim_msgs import SimClient
 from robots import g1
 from safety import tilt_angle
 from safety.limits import TILT_LIMIT
-from tests.test_deploy_support import (T_HOLD, T_POLICY, assert_damping_run, finish, nan_policy_artifact,
-                                       sleep_until, start_and_wait_stand_up, wait_until)
+from tests.test_deploy_support import (T_HOLD, T_POLICY, assert_damping_run, finish, nan_policy_artifact, sim_args,
+                                       sleep_until, start_and_wait_stand_up, start_cli, wait_until)
 
 pytestmark = pytest.mark.dds
 
@@ -134,3 +135,25 @@ def test_push_that_tips_the_robot_damps_within_bound(sim, observer, dds_domain, 
     assert -0.02 < latency < TILT_BOUND_S  # ground truth arrives at 100 Hz here: it may trail the LowState
     assert observer.first("position", t_d + 0.005) is None
     assert g1.NUM_MOTORS == 29
+
+
+def test_sigint_damps_and_a_second_one_exits(sim, observer, dds_domain, tmp_path):
+    """Manual mode (--no-auto, the virtual remote presses Start): Ctrl-C -> damping, latched and
+    streamed until a second Ctrl-C ends the process."""
+    t_start = time.monotonic()
+    proc = start_cli(*sim_args(dds_domain, tmp_path, "--no-auto"))
+    wait_until(lambda: observer.first("zero_torque", t_start), 40, "PASSIVE (zero torque)", proc=proc)
+    sim.press("Start", hold_s=0.2, wait=False)
+    t_p = wait_until(lambda: observer.first("position", t_start), 10, "STAND_UP after Start", proc=proc)
+    sleep_until(t_p + 1.0)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    t_d = wait_until(lambda: observer.first("damping", t0), 5, "damping", proc=proc)
+    time.sleep(1.5)
+    assert proc.poll() is None  # latched damping keeps streaming until a second Ctrl-C
+    assert observer.first("damping", time.monotonic() - 0.05) is not None
+    proc.send_signal(signal.SIGINT)
+    code, out, err = finish(proc)
+    s = assert_damping_run(code, out, err, "sigint")
+    assert s["states_visited"] == ["PASSIVE", "STAND_UP", "DAMPING"]
+    assert t_d - t0 < ESTOP_BOUND_S

@@ -257,3 +257,32 @@ def test_no_lowcmd_leaving_the_loop_exceeds_limits(stand_art, estimator, states,
         prev_target = q.copy()
     # any non-finite policy output or state that reached the safety gate latched damping
     assert loop.monitor.latched == (loop.sm.state == State.DAMPING)
+
+
+def test_exception_in_the_loop_sends_damping_and_latches(stand_art, estimator):
+    class Boom(ScriptedRunner):
+        def step(self, step, *args):
+            raise RuntimeError("onnxruntime went away")
+
+    link = FakeLink()
+    loop = ControlLoop(LoopConfig(policy_dir=str(stand_art.path)), stand_art, link, runner=Boom([None]),
+                       echo=lambda s: None, estimator=estimator)
+    from safety import WatchdogConfig
+
+    loop.init_run_state(0.0, WatchdogConfig(1e9, 1e9, 1e9))
+    ok = (np.full(N, 0.5), np.zeros(N), 0.0, None, 0)
+    link.sample = _sample(ok, 1, 0.0)
+    loop.sm.go(State.HOLD, 0.0, "test")
+    loop._hold_from = g1.DEFAULT_JOINT_POS.copy()
+    loop._tick(0, 0.0, 0.0)
+    assert protocol.lowcmd_arrays(link.records[-1]).kp[:N].tolist() == g1.KP.tolist()  # HOLD: position
+    loop.sm.go(State.POLICY, 0.002, "test")
+    loop._on_enter(State.HOLD, State.POLICY, 0.002, 1, link.sample.state)
+    for k in range(1, 6):
+        link.sample = _sample(ok, k + 1, k * 0.002)
+        loop._tick(k, k * 0.002, 0.0)  # the runner raises on the first policy step
+        a = protocol.lowcmd_arrays(link.records[-1])
+        assert np.all(a.kp[:N] == 0) and np.all(a.kd[:N] == g1.DAMPING_KD)
+    assert loop.sm.state == State.DAMPING
+    assert [e["kind"] for e in loop.monitor.events] == ["exception"]
+    assert "onnxruntime went away" in loop.monitor.events[0]["detail"]
