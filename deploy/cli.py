@@ -107,7 +107,7 @@ def main(argv=None) -> int:
         # fail before starting anything: artifact and interface
         from deploy.preflight import check_artifact, check_interface
 
-        check_artifact(policy_dir)
+        art = check_artifact(policy_dir)
         check_interface(args.net_if)
         if args.robot == "g1":
             confirm_real_robot(args)
@@ -116,6 +116,11 @@ def main(argv=None) -> int:
         return EXIT_PREFLIGHT
 
     from deploy.loop import LoopConfig, run
+    from deploy.state_machine import AutoScript
+
+    if args.auto and args.max_run_s is None:  # an auto run that has not ended by then is stuck: end it
+        a = AutoScript()
+        args.max_run_s = a.passive_s + args.stand_up_s + a.hold_s + art.spec.motion.duration + a.hold_after_s + 10.0
 
     cfg = LoopConfig(
         policy_dir=str(policy_dir), domain=args.domain, interface=args.net_if, sim=args.robot == "sim",
