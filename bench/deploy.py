@@ -29,7 +29,7 @@ T_POLICY = 3.5  # s from the first position command to POLICY (deploy.state_mach
 
 
 def _domain() -> int:
-    return int(os.environ.get("G1_BENCH_DDS_DOMAIN", 100 + (os.getpid() + 60) % 120))
+    return int(os.environ.get("G1_BENCH_DDS_DOMAIN", 100 + (os.getpid() + 60) % 116))
 
 
 def _cli(domain: int, run_root: str, motion: str):
@@ -59,11 +59,22 @@ def run(motion: str = "stand") -> dict:
     from deploy.sim_bridge import launch_bridge_process
     from deploy.sim_msgs import SimClient
 
-    domain = _domain()
-    protocol.init_dds(domain, protocol.SIM_INTERFACE)
+    from contextlib import ExitStack
+
+    from deploy.sim_bridge import BridgeLaunchError
+
     out: dict = {}
-    with tempfile.TemporaryDirectory() as tmp, \
-            launch_bridge_process(["--gt-decimation", "5"], domain=domain) as bridge:
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        # a free domain: another bridge (a parallel test run) may already hold the first choice
+        for attempt in range(4):
+            domain = _domain() + attempt
+            try:
+                bridge = stack.enter_context(launch_bridge_process(["--gt-decimation", "5"], domain=domain))
+                break
+            except BridgeLaunchError as e:
+                if "another publisher of rt/lowstate" not in str(e) or attempt == 3:
+                    raise
+        protocol.init_dds(domain, protocol.SIM_INTERFACE)
         boost_process(bridge.proc.pid, BRIDGE_PRIORITY)
         sim = SimClient(domain, timeout=10.0)
         obs = LowCmdObserver(domain)
@@ -95,6 +106,9 @@ def run(motion: str = "stand") -> dict:
             sim.press("Select", hold_s=0.3, wait=False)
             t_d = _wait(lambda: obs.first("damping", t0), 5)
             s2 = _summary(proc)
+            if [e["kind"] for e in s2["safety_events"]] != ["estop"]:
+                raise RuntimeError(f"e-stop run: expected one estop event, got {s2['safety_events']} "
+                                   f"(states {s2['states_visited']})")
             out["deploy_estop_to_damping_ms"] = (t_d - t0) * 1e3
             out["deploy_estop_internal_ms"] = (s2["estop_to_damping_s"] or float("nan")) * 1e3
         finally:

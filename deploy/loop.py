@@ -112,6 +112,10 @@ class ControlLoop:
         gc.collect()
         gc.freeze()  # long-lived objects out of the collector's way: shorter pauses during the loop
         sched_before = _get_scheduling()
+        # The DDS listener threads of this process take the GIL for every LowState: at normal priority on a
+        # busy machine they can be preempted while holding it and stall the loop (priority inversion), so
+        # they get SCHED_FIFO one below the loop thread.
+        boosted = _boost_threads(os.getpid(), cfg.realtime_priority - 1) if cfg.realtime_priority > 1 else []
         self.scheduling = _realtime_scheduling(cfg.realtime_priority)
         switch = sys.getswitchinterval()
         sys.setswitchinterval(0.0005)  # GIL handoff to the loop within 0.5 ms (default 5 ms) when DDS threads run
@@ -151,6 +155,7 @@ class ControlLoop:
             gc.unfreeze()
             sys.setswitchinterval(switch)
             _set_scheduling(sched_before)
+            _unboost_threads(boosted)
         return self._finish(final_state, end_t)
 
     def init_run_state(self, t0: float, watchdog: WatchdogConfig | None = None) -> None:
@@ -539,6 +544,29 @@ def _set_scheduling(saved) -> None:
     if saved is not None:
         try:
             os.sched_setscheduler(0, saved[0], saved[1])
+        except OSError:
+            pass
+
+
+def _boost_threads(pid: int, priority: int) -> list[int]:
+    done = []
+    try:
+        for tid in (int(t) for t in os.listdir(f"/proc/{pid}/task")):
+            try:
+                if os.sched_getscheduler(tid) == os.SCHED_OTHER:
+                    os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(priority))
+                    done.append(tid)
+            except OSError:
+                pass
+    except (OSError, AttributeError):
+        pass
+    return done
+
+
+def _unboost_threads(tids: list[int]) -> None:
+    for tid in tids:
+        try:
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
         except OSError:
             pass
 
