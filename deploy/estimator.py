@@ -6,24 +6,32 @@ foot contact of the G1 from LowState (IMU + joint encoders [+ joint torque estim
   the bridge simulates (`deploy/kinematics.py`).
 - A linear Kalman filter in the classic floating-base leg-odometry form (as in MIT
   Cheetah's linear state estimator): state x = [p, v, f_L, f_R] (12), the world position
-  and velocity of the IMU point and the world positions of the two foot sites.
+  and velocity of the IMU point and the world positions of the two feet's contact points.
     process:      p += v dt + a dt^2/2,  v += a dt,  a = R (accel - accel_bias) + g
                   feet fixed; a stance foot drifts slowly, a swing foot is free.
     measurements: f_i - p = R r_i               (leg kinematics, both feet, always)
-                  v = -R (w x r_i + J_i dq_i)    (stance foot i does not move)
+                  v = -R (w x r_i + v_i(q, dq)) (stance foot i: its contact point is still)
                   f_i,z = h_i                    (stance foot i stands on the ground z = 0;
-                                                  h_i = foot site height above its lowest
-                                                  sole point, from the kinematics)
+                                                  h_i = contact point height above the
+                                                  foot's lowest sole point)
+  The contact point is a soft-min over the sole's collision spheres (sole centre when flat,
+  toe/heel edge when the foot rolls) taken at the sphere bottoms, so it is the material point
+  that really stays still; the foot state is re-anchored when it moves along the sole.
   The filter runs on the IMU point, so the accelerometer needs no lever-arm correction;
   the pelvis velocity and height are derived from it exactly (v_pelvis = v - w x R r_imu).
   With no foot in contact (flight) it integrates the IMU alone.
-- Contact: from the joint torques when present (ground reaction force of each foot,
-  F = -J^-T tau over the six leg joints, leg weight ignored) with hysteresis; otherwise
-  from kinematics (a foot within a few cm of the lower foot stands) plus a free-fall
-  detector on the accelerometer (specific force ~ 0 in flight).
-- Bad input: NaN/inf, out-of-range or frozen (bit-identical for N samples) IMU data is
+- Contact, per foot: loaded (vertical ground force from the joint torques, F = -J^-T tau over
+  the six leg joints, leg weight ignored; hysteresis) or at the ground (within cm of the lower
+  foot), not moving (< 0.2 m/s under the prior) and the body not in free fall (specific
+  force > 3 m/s^2); never when the filter puts the sole > 8 cm above the ground. A stance
+  foot whose implied velocity fails a chi^2 gate (a sliding touch-down) is left out for up
+  to 50 ms; fresh and lightly loaded feet are trusted less.
+- Bad input: NaN/inf, out-of-range or frozen (bit-identical for N new ticks) IMU data is
   flagged and the filter holds its last good state (no prediction, no update); NaN joint
-  data skips the kinematic updates (IMU prediction only). Safety reads `Estimate.flags`.
+  data skips the kinematic updates (IMU prediction only); NaN torques fall back to the
+  kinematic contact. Safety reads `Estimate.flags`.
+- Call it on every LowState (500 Hz). Called at 50 Hz it works, but the accelerometer is then
+  sampled at 50 Hz (aliasing) and errors grow 2-3x (bench/estimator.py).
 
 Pure numpy + mujoco; no jax (deploy rule).
 """
@@ -165,11 +173,6 @@ def _quat_to_mat(quat) -> np.ndarray:
     ])
 
 
-def _skew(v) -> np.ndarray:
-    x, y, z = v.tolist()
-    return np.array([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]])
-
-
 def _cross(a, b) -> np.ndarray:
     a0, a1, a2 = a.tolist()
     b0, b1, b2 = b.tolist()
@@ -194,7 +197,6 @@ def _cross_rows(a, b) -> np.ndarray:
 
 
 _I1, _I2 = np.array([1, 2, 0]), np.array([2, 0, 1])
-_LEGS = (g1.LEG_L, g1.LEG_R)
 _NLEG = 12  # motors 0..11 are the two legs (g1.LEG_L, g1.LEG_R)
 assert g1.LEG_L == slice(0, 6) and g1.LEG_R == slice(6, 12)
 _NX = 12
