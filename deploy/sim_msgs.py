@@ -102,6 +102,7 @@ class SimStatus_(IdlStruct, typename="g1_bcg.sim.SimStatus_"):
     cmd_rejected_mode_machine: types.uint64
     cmd_rejected_mode_pr: types.uint64
     cmd_rejected_nonfinite: types.uint64
+    cmd_rejected_malformed: types.uint64
     cmd_dropped: types.uint64
     state_published: types.uint64
     state_dropped: types.uint64
@@ -124,13 +125,12 @@ def _qos(keep_all: bool) -> Any:
 
 
 class SimTopics:
-    """cyclonedds participant with the sim-only topics (one per user; after protocol.init_dds)."""
+    """The sim-only topics on the process's DDS participant (after protocol.init_dds)."""
 
-    def __init__(self, domain: int):
-        from cyclonedds.domain import DomainParticipant
+    def __init__(self) -> None:
         from cyclonedds.topic import Topic
 
-        self.participant = DomainParticipant(domain)
+        self.participant = protocol.dds_participant()
         self.topics = {
             TOPIC_REMOTE: Topic(self.participant, TOPIC_REMOTE, SimRemote_),
             TOPIC_CONTROL: Topic(self.participant, TOPIC_CONTROL, SimControl_),
@@ -167,8 +167,10 @@ class SimTopics:
         return r
 
     def close(self) -> None:
+        """Delete the readers and writers now (their topics stay with the participant)."""
+        for e in self._entities:
+            protocol.delete_entity(e)
         self._entities.clear()
-        self.participant = None  # entities are deleted with their last reference
 
 
 def wait_matched(writer: Any, timeout: float) -> bool:
@@ -199,7 +201,7 @@ class SimClient:
                  *, gt_history: int = 0, timeout: float = 5.0):
         protocol.init_dds(domain, interface)
         self.timeout = timeout
-        self._topics = SimTopics(domain)
+        self._topics = SimTopics()
         self._lock = threading.Lock()
         self._gt: SimGroundTruth_ | None = None
         self._status: SimStatus_ | None = None

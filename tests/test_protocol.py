@@ -42,12 +42,17 @@ def test_crc_words_hand_cases():
     assert P.crc32_words(words) == crc_bitwise(b"43218765")
 
 
-def test_crc_matches_unitree_python_fallback():
+def test_crc_matches_unitree_c_library_and_python_fallback():
     from unitree_sdk2py.utils.crc import CRC
 
     rng = np.random.default_rng(1)
-    words = rng.integers(0, 2**32, size=250, dtype=np.uint64).astype("<u4")
-    assert P.crc32_words(words) == CRC()._crc_py([int(w) for w in words])
+    for n in (1, 7, 250, 522):
+        words = rng.integers(0, 2**32, size=n, dtype=np.uint64).astype("<u4")
+        expected = CRC()._crc_py([int(w) for w in words])
+        assert P.crc32_words(words) == expected == CRC()._crc_ctypes([int(w) for w in words])
+        assert P.crc32_bytes_mpeg2(words.astype(">u4").tobytes()) == expected
+    data = rng.integers(0, 256, size=333, dtype=np.uint8).tobytes()
+    assert P.crc32_mpeg2_fast(data) == crc_bitwise(data) == P.crc32_bytes_mpeg2(data)
 
 
 def _random_lowcmd(rng):
@@ -141,6 +146,12 @@ def test_check_lowcmd_rejections():
     q[3] = math.nan
     assert P.check_lowcmd(P.build_lowcmd(q=q, kp=g1.KP))[1] == P.REJECT_NONFINITE  # CRC is valid
     assert P.check_lowcmd(P.build_lowcmd(q=0.0, kd=math.inf))[1] == P.REJECT_NONFINITE
+
+    # Raw wire payloads: the XCDR1 fast path, an XCDR2 payload through cyclonedds, garbage.
+    assert P.check_lowcmd(good.serialize(use_version_2=False))[1] is None
+    assert P.check_lowcmd(good.serialize(use_version_2=True))[1] is None
+    assert P.check_lowcmd(bad_crc.serialize())[1] == P.REJECT_CRC
+    assert P.check_lowcmd(b"\x00\x01\x00\x00" + bytes(17)) == (None, P.REJECT_MALFORMED)
 
     # A field that cannot even be packed (the sender's struct would overflow) is rejected too.
     huge = P.build_lowcmd(q=0.0)
