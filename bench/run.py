@@ -18,6 +18,7 @@ from pathlib import Path
 MODULES: tuple[str, ...] = (
     "bench.estimator",
     "bench.deploy",
+    "bench.bridge",
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -439,11 +439,14 @@ class SimBridge:
     `launch_bridge_process`.
     """
 
-    def __init__(self, cfg: BridgeConfig = BridgeConfig(), log: Callable[[str], None] | None = None):
+    def __init__(self, cfg: BridgeConfig = BridgeConfig(), log: Callable[[str], None] | None = None,
+                 announce_ready: bool | None = None):
         if cfg.steps_per_cmd < 1 or cfg.gt_decimation < 1:
             raise ValueError("steps_per_cmd and gt_decimation must be >= 1")
         self.cfg = cfg
         self._log = log or ((lambda s: print(s, flush=True)) if cfg.verbose else (lambda s: None))
+        # The ready line is the launch handshake (launch_bridge_process): printed even when quiet.
+        self._announce_ready = cfg.verbose if announce_ready is None else announce_ready
         self.lock = threading.Lock()  # the physics lock: BridgeSim is touched only under it
         self.sim: BridgeSim | None = None
         self.counters = dict.fromkeys(COUNTERS, 0)
@@ -528,7 +531,8 @@ class SimBridge:
         try:
             self._setup()
             self.ready.set()
-            self._log(f"{READY_LINE} (Ctrl-C stops)")
+            if self._announce_ready:
+                print(f"{READY_LINE} (Ctrl-C stops)", flush=True)
             if self.cfg.lockstep:
                 self._run_lockstep()
             else:
@@ -854,9 +858,11 @@ class SimBridge:
                     self._cmd_event.wait(self.cfg.lockstep_idle_s)
                 if not self._cmd_inbox:  # idle: controls only, re-publish the latest LowState
                     with self.lock:
-                        if self._ctl_inbox:
+                        if self._ctl_inbox:  # e.g. a reset: publish the state it left
                             self._apply_controls()
-                        payload = self._last_state_payload if self._paused_until is None else None
+                            payload = self._finish_state(self._capture_state())
+                        else:
+                            payload = self._last_state_payload if self._paused_until is None else None
                     if payload is not None:
                         self._state_pub.Write(protocol.wire_sample(LowState_, payload))
                     self._publish_status()
@@ -993,7 +999,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0, help="seed of noise and fault injection")
     g.add_argument("--viewer", action="store_true", help="open the MuJoCo viewer (needs a display)")
     g.add_argument("--gt-decimation", type=int, default=1, help="ground truth with every n-th LowState")
-    g.add_argument("--quiet", action="store_true", help="print errors only")
+    g.add_argument("--quiet", action="store_true", help="print errors and the ready line only")
     g = p.add_argument_group("elastic band")
     g.add_argument("--no-band", action="store_true", help="start without the elastic band")
     g.add_argument("--band-release-after", type=_nonneg, default=None, help="release the band after S seconds")
@@ -1056,7 +1062,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = config_from_args(ns)
     except ValueError as e:
         parser.error(str(e))
-    bridge = SimBridge(cfg)
+    bridge = SimBridge(cfg, announce_ready=True)
 
     def on_signal(signum: int, frame: Any) -> None:
         bridge.request_stop()
