@@ -190,8 +190,16 @@ class SHAC:
         if self.sharding is not None:
             env_state = jax.device_put(env_state, self.sharding)
         norm = obs_norm_update(obs_norm_init(self.obs_size), env_state.obs)
-        return TrainState(actor, critics, jax.tree.map(jnp.copy, critics), self.actor_tx.init(actor), self.critic_tx.init(critics),
-                          norm, env_state, rng, jnp.asarray(0))
+        ts = TrainState(actor, critics, jax.tree.map(jnp.copy, critics), self.actor_tx.init(actor),
+                        self.critic_tx.init(critics), norm, env_state, rng, jnp.int32(0))
+        return self._match_iterate_types(ts)
+
+    def _match_iterate_types(self, ts: TrainState) -> TrainState:
+        """Cast the state to exactly the dtypes/weak types `iterate` returns, so the second
+        iteration reuses the first compile (a weak-typed leaf would trigger a full recompile)."""
+        out = jax.eval_shape(self._iterate, ts)[0]
+        return jax.tree.map(lambda x, s: jax.lax.convert_element_type(jnp.asarray(x), s.dtype)
+                            if getattr(x, "weak_type", False) != s.weak_type or x.dtype != s.dtype else x, ts, out)
 
     def _iterate(self, ts: TrainState):
         cfg = self.cfg
@@ -254,9 +262,13 @@ class SHAC:
             "nonfinite_grad": (~finite).astype(jnp.float32),
             "reward": traj["reward"].mean(),
             "done_frac": traj["done"].mean(),
+            "episodes": traj["done"].sum().astype(jnp.float32),
+            "falls": (traj["done"] & ~traj.get("truncated", jnp.zeros_like(traj["done"]))).sum().astype(jnp.float32),
             "action_std": jnp.exp(actor["log_std"]).mean(),
             "value": values.mean(),
         }
+        if "bundled" in traj:
+            metrics["bundled_frac"] = traj["bundled"].mean()
         for k, v in traj.get("metrics", {}).items():
             metrics[k] = jnp.mean(v)
         ts = TrainState(actor, critics, target, actor_opt, critic_opt, norm, env_state, rng, ts.iteration + 1)
