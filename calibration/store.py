@@ -1,0 +1,172 @@
+"""Calibration YAML (`calibration/<robot-id>.yaml`): writer, loader and the consumers' views.
+
+    calib = load("calibration/sim.yaml")          # or load("sim"): calibration/sim.yaml
+    EstimatorConfig.from_calibration(calib)       # deploy: IMU biases (keys under `imu`)
+    joint_offsets(calib)                          # deploy: (29,) rad, subtract from measured q
+    dr_centre(calib)                              # train: centre of domain randomisation
+    apply_to_model(model, calib)                  # train/eval: MjModel (before mjx.put_model)
+
+Format (schema_version 1; every value with its uncertainty where it has one):
+    schema_version, robot_id, robot, date, mode, source, raw_logs (runs/calibration/<stamp>),
+    imu:       gyro_bias, gyro_bias_std (rad/s, IMU frame), accel_bias, accel_bias_std (m/s^2),
+               tilt_misalignment_rad, gravity_magnitude, noise stds, samples
+    latency:   latency_s, latency_std_s, action_delay_s, per_edge_ms, ...
+    joints:    pose, measured, predicted, residual, tolerance, flagged, offsets (29 each, rad)
+    actuators: <group>: joints, armature_scale / damping / frictionloss_scale / kp_scale each
+               {value, std, identified}, residual_rms_rad, ...
+    domain_randomization_centre: per motor (29, motor order) armature_scale, damping (Nm s/rad added,
+               robots/model.py extra_joint_damping semantics), frictionloss_scale, kp_scale; nominal
+               (1, 0, 1, 1) where a parameter was not identified; action_delay_s
+    reports:   plot paths; refused: {routine: reason} for routines that refused
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from robots import g1
+
+SCHEMA_VERSION = 1
+ROBOT = "g1_29dof_rev1"
+CALIBRATION_DIR = Path(__file__).resolve().parent
+PARAMS = ("armature_scale", "damping", "frictionloss_scale", "kp_scale")
+NOMINAL = {"armature_scale": 1.0, "damping": 0.0, "frictionloss_scale": 1.0, "kp_scale": 1.0}
+
+
+class CalibrationFileError(ValueError):
+    """A calibration YAML that cannot be used; the message names the file and the problem."""
+
+
+def path_for(robot_id: str) -> Path:
+    return CALIBRATION_DIR / f"{robot_id}.yaml"
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, Mapping):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _plain(x.tolist())
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, Path):
+        return str(x)
+    return x
+
+
+def write(calib: Mapping, path: str | os.PathLike) -> Path:
+    import yaml
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = {"schema_version": SCHEMA_VERSION, "robot": ROBOT,
+            "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), **_plain(dict(calib))}
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text("# written by `make calibrate` (calibration/cli.py); format: calibration/store.py\n"
+                   + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=120))
+    tmp.replace(path)
+    return path
+
+
+def load(path_or_id: str | os.PathLike) -> dict:
+    """Parse and check a calibration YAML (a path, or a robot id under calibration/)."""
+    import yaml
+
+    p = Path(path_or_id)
+    if not p.suffix and not p.exists():
+        p = path_for(str(path_or_id))
+    if not p.is_file():
+        raise CalibrationFileError(f"calibration file {p} does not exist: run `make calibrate ROBOT=...` first")
+    try:
+        calib = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise CalibrationFileError(f"{p}: not valid YAML: {e}") from e
+    if not isinstance(calib, dict):
+        raise CalibrationFileError(f"{p}: expected a mapping at the top level")
+    if calib.get("schema_version") != SCHEMA_VERSION:
+        raise CalibrationFileError(f"{p}: schema_version {calib.get('schema_version')!r}, this code reads {SCHEMA_VERSION}")
+    if calib.get("robot") != ROBOT:
+        raise CalibrationFileError(f"{p}: calibration of {calib.get('robot')!r}, not {ROBOT}")
+    for sec, key in (("imu", "gyro_bias"), ("imu", "accel_bias")):
+        v = (calib.get(sec) or {}).get(key)
+        if v is not None and (np.shape(v) != (3,) or not np.all(np.isfinite(np.asarray(v, float)))):
+            raise CalibrationFileError(f"{p}: {sec}.{key} must be 3 finite numbers, got {v!r}")
+    for sec, key in (("joints", "offsets"),) + tuple(("domain_randomization_centre", k) for k in PARAMS):
+        v = (calib.get(sec) or {}).get(key)
+        if v is not None and (np.shape(v) != (g1.NUM_MOTORS,) or not np.all(np.isfinite(np.asarray(v, float)))):
+            raise CalibrationFileError(f"{p}: {sec}.{key} must be {g1.NUM_MOTORS} finite numbers (motor order)")
+    calib["_path"] = str(p)
+    return calib
+
+
+# ----------------------------------------------------------------------------- consumers
+
+
+def estimator_config(calib: Mapping | str | os.PathLike | None, **overrides):
+    """deploy.estimator.EstimatorConfig with the IMU biases of a calibration (a mapping or a path)."""
+    from deploy.estimator import EstimatorConfig
+
+    if calib is not None and not isinstance(calib, Mapping):
+        calib = load(calib)
+    return EstimatorConfig.from_calibration(calib, **overrides)
+
+
+def joint_offsets(calib: Mapping) -> np.ndarray:
+    """(29,) rad in motor order; deploy corrects measured joints as q - offsets (zeros if none)."""
+    v = (calib.get("joints") or {}).get("offsets")
+    return np.zeros(g1.NUM_MOTORS) if v is None else np.asarray(v, float)
+
+
+def dr_centre(calib: Mapping) -> dict:
+    """Centre of domain randomisation, per motor (29,): armature_scale, damping (Nm s/rad added),
+    frictionloss_scale, kp_scale; plus action_delay_s (0 when latency was not measured)."""
+    c = calib.get("domain_randomization_centre") or {}
+    out = {k: np.asarray(c.get(k, np.full(g1.NUM_MOTORS, NOMINAL[k])), float) for k in PARAMS}
+    out["action_delay_s"] = float((calib.get("latency") or {}).get("action_delay_s", 0.0))
+    return out
+
+
+def centre_from_fits(fits: Mapping[str, Mapping]) -> dict:
+    """Per-motor DR centre from per-group fit summaries; unidentified parameters stay nominal."""
+    out = {k: np.full(g1.NUM_MOTORS, NOMINAL[k]) for k in PARAMS}
+    for fit in fits.values():
+        idx = [g1.JOINT_NAMES.index(n) for n in fit["joints"]]
+        for k in PARAMS:
+            if fit[k]["identified"]:
+                out[k][idx] = fit[k]["value"]
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def _builder_response(mjcf: str | None) -> dict:
+    """How robots/model.py's builder maps extra_joint_damping onto compiled fields, per motor."""
+    from robots.model import BridgeModelConfig, build_bridge_model, motor_dof_adr
+
+    m0 = build_bridge_model(BridgeModelConfig(mjcf=mjcf))
+    m1 = build_bridge_model(BridgeModelConfig(mjcf=mjcf, extra_joint_damping=1.0))
+    d = motor_dof_adr(m0)
+    return {"dof_damping": (m1.dof_damping - m0.dof_damping)[d],
+            "dof_dampingpoly": (m1.dof_dampingpoly - m0.dof_dampingpoly)[d]}
+
+
+def apply_to_model(model, calib: Mapping, mjcf: str | None = None):
+    """Set the motor joints' armature, damping and friction loss of a compiled MjModel (training or
+    bridge model, before mjx.put_model) to the calibration's centre: armature and friction loss scaled,
+    damping added exactly as robots/model.py's extra_joint_damping. Returns the model."""
+    from robots.model import motor_dof_adr
+
+    c = dr_centre(calib)
+    d = motor_dof_adr(model)
+    resp = _builder_response(mjcf)
+    model.dof_armature[d] = model.dof_armature[d] * c["armature_scale"]
+    model.dof_frictionloss[d] = model.dof_frictionloss[d] * c["frictionloss_scale"]
+    model.dof_damping[d] = model.dof_damping[d] + c["damping"] * resp["dof_damping"]
+    if hasattr(model, "dof_dampingpoly"):
+        model.dof_dampingpoly[d] = model.dof_dampingpoly[d] + c["damping"][:, None] * resp["dof_dampingpoly"]
+    return model
