@@ -34,8 +34,8 @@ class ImuConfig:
     max_joint_motion: float = 0.01  # rad std of any joint
     max_gravity_error: float = 1.5  # m/s^2: |mean acc| this far from g = not at rest / wrong units
     quat_norm_tol: float = 0.05
-    max_gyro_bias_std: float = 0.002  # rad/s: a bias known worse than this is not worth writing down
-    max_accel_bias_std: float = 0.02  # m/s^2
+    max_gyro_bias_std: float = 0.001  # rad/s: a bias known worse than this is not worth writing down
+    max_accel_bias_std: float = 0.01  # m/s^2
 
 
 @dataclasses.dataclass(frozen=True)

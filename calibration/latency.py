@@ -4,7 +4,8 @@ A step of the target changes the drive torque at once by kp * step (tau = kp (q*
 long before the joint moves, so `tau_est` shows when a command took effect. For every LowState
 after a step the measured tau_est is compared with the torque the previous and the new target
 would give at that state's q, dq; the first state (followed by a second) that is closer to the
-new one marks the response.
+new one marks the response (the state the command was computed from must still look like the
+previous one: a torque that does not change is no response).
 
     latency      = tick of that state - robot time the command was computed at (its ref tick)
                    = the delay a controller sees from the state it acted on to the first state
@@ -72,16 +73,22 @@ def estimate_latency(log: RunLog, joint: int, cfg: LatencyConfig = LatencyConfig
                                f"(need {cfg.min_edges}): log too short or the excitation was clamped")
     per_edge = []
     for k in edges:
+        ref = np.flatnonzero(ticks <= tc[k] + 1e-6)
+        if not len(ref):
+            continue
         after = np.flatnonzero((ticks > tc[k] + 1e-6) & (ticks <= tc[k] + cfg.max_latency_s))
         nxt = edges[edges > k]
         if len(nxt):  # stop at the next step
             after = after[ticks[after] < tc[nxt[0]] + 1e-6]
         if len(after) < 3:
             continue
-        old = kp[k - 1] * (c[k - 1] - q[after]) - kd[k - 1] * dq[after]
-        new = kp[k] * (c[k] - q[after]) - kd[k] * dq[after]
-        is_new = np.abs(tau[after] - new) < np.abs(tau[after] - old)
-        hit = np.flatnonzero(is_new[:-1] & is_new[1:])
+        idx = np.concatenate([[ref[-1]], after])  # the state the command was computed from, then the rest
+        old = kp[k - 1] * (c[k - 1] - q[idx]) - kd[k - 1] * dq[idx]
+        new = kp[k] * (c[k] - q[idx]) - kd[k] * dq[idx]
+        is_new = np.abs(tau[idx] - new) < np.abs(tau[idx] - old)
+        if is_new[0]:  # the torque before the step already looks like the new target: no transition to time
+            continue
+        hit = np.flatnonzero(is_new[1:-1] & is_new[2:])
         if len(hit):
             per_edge.append(float(ticks[after[hit[0]]] - tc[k]))
     if not per_edge:

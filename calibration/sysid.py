@@ -136,7 +136,12 @@ class ReplayModel:
     Parameter semantics follow robots/model.py's builder (`BridgeModelConfig` armature_scale,
     extra_joint_damping, frictionloss_scale): how each compiled field responds to them is read off
     models the builder compiles here, so `damping` is exactly the builder's extra_joint_damping
-    (in MuJoCo 4 that also lands in the polynomial damping terms, dof_dampingpoly)."""
+    (in MuJoCo 4 that also lands in the polynomial damping terms, dof_dampingpoly).
+
+    The soft friction-loss constraint's regularisation scales with dof_invweight0, which MuJoCo
+    computes at compile time from the floating robot's mass matrix (armature included); each
+    variant takes it from the floating bridge model with the variant's armature (mj_setConst), so
+    friction acts as in the model the bridge (and training) compile."""
 
     def __init__(self, mjcf: str | None = None) -> None:
         self.mjcf = mjcf
@@ -145,6 +150,11 @@ class ReplayModel:
         damp = self._compile(BridgeModelConfig(mjcf=mjcf, extra_joint_damping=1.0))
         fric = self._compile(BridgeModelConfig(mjcf=mjcf, frictionloss_scale=2.0))
         m = base
+        from robots.model import build_bridge_model
+
+        self.full = build_bridge_model(BridgeModelConfig(mjcf=mjcf))  # floating base, for dof_invweight0
+        self.full_dadr = motor_dof_adr(self.full)
+        self._full_data = mujoco.MjData(self.full)
         self.qadr = motor_qpos_adr(m)
         self.dadr = motor_dof_adr(m)
         if not (np.array_equal(self.qadr, np.arange(g1.NUM_MOTORS)) and np.array_equal(self.dadr, np.arange(g1.NUM_MOTORS))):
@@ -190,6 +200,10 @@ class ReplayModel:
             for field, (base, resp, nominal) in fields.items():
                 dv = (v - nominal).reshape(-1, *([1] * (resp.ndim - 1)))
                 getattr(m, field)[:] = base + dv * resp
+        full = copy.copy(self.full)
+        full.dof_armature[self.full_dadr] = m.dof_armature
+        mujoco.mj_setConst(full, self._full_data)
+        m.dof_invweight0[:] = full.dof_invweight0[self.full_dadr]
         m.opt.gravity[:] = gravity
         return m
 
