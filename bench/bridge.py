@@ -93,7 +93,8 @@ def _lockstep(domain: int) -> dict:
         pub.Init()
         # lean client: raw LowState payloads, pre-encoded LowCmd
         raw: queue.Queue = queue.Queue()
-        reader = DataReader(participant, Topic(participant, protocol.TOPIC_LOWSTATE, LowState_), None,
+        topic = Topic(participant, protocol.TOPIC_LOWSTATE, LowState_)
+        reader = DataReader(participant, topic, None,
                             Listener(on_data_available=lambda r: [raw.put(p) for p in protocol.take_raw_payloads(r)]))
         rec = protocol.lowcmd_record(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)
         lean_cmd = protocol.lowcmd_wire_sample(rec)
@@ -110,6 +111,7 @@ def _lockstep(domain: int) -> dict:
         wall = time.perf_counter() - t0
         out["bridge_lockstep_rtf"] = round((last - tick0) * 1e-3 / wall, 3)
         protocol.delete_entity(reader)
+        protocol.delete_entity(topic)
 
         # plain unitree_sdk2py client
         states: queue.Queue = queue.Queue()
@@ -128,8 +130,8 @@ def _lockstep(domain: int) -> dict:
                 last = states.get(timeout=5).tick
         wall = time.perf_counter() - t0
         out["bridge_lockstep_rtf_sdk_client"] = round((last - tick0) * 1e-3 / wall, 3)
-        sub.Close()
-        pub.Close()
+        protocol.close_channel(sub)
+        protocol.close_channel(pub)
     return out
 
 
@@ -151,8 +153,8 @@ def _realtime(domain: int) -> dict:
             now = time.perf_counter()
             arrivals.extend(now for _ in protocol.take_raw_payloads(r))
 
-        reader = DataReader(participant, Topic(participant, protocol.TOPIC_LOWSTATE, LowState_), None,
-                            Listener(on_data_available=on_data))
+        topic = Topic(participant, protocol.TOPIC_LOWSTATE, LowState_)
+        reader = DataReader(participant, topic, None, Listener(on_data_available=on_data))
         time.sleep(1.0)
         s0 = sim.wait_status(lambda s: True)
         n0 = len(arrivals)
@@ -161,6 +163,7 @@ def _realtime(domain: int) -> dict:
         s1 = sim.status()
         window = np.array(arrivals[n0:])
         protocol.delete_entity(reader)
+        protocol.delete_entity(topic)
         sim.close()
     period_ms = np.diff(window) * 1e3
     simulated = s1.clock - s0.clock

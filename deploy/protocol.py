@@ -521,14 +521,39 @@ def take_raw_payloads(reader: Any, n: int = 64) -> list[bytes]:
 
 
 def delete_entity(entity: Any) -> None:
-    """Delete a cyclonedds reader/writer now (not whenever the garbage collector gets to it)."""
+    """Delete a cyclonedds entity (reader, writer, topic) now, safely.
+
+    Its listener is detached first: that call waits (GIL released) until a callback in flight
+    has returned. Deleting a reader while its listener runs can otherwise deadlock: cyclonedds'
+    callback holds a temporary reference to the Python reader, so the reader's last reference
+    can drop, and dds_delete run, inside the callback's own thread. Same for the garbage
+    collector running in a listener thread: delete explicitly, never leave it to the GC."""
     from cyclonedds.core import Entity
 
     ref = getattr(entity, "_ref", None)
     if ref is None or Entity._entities.get(ref) is not entity:
         return
+    if getattr(entity, "_listener", None) is not None:
+        entity._set_listener(ref, None)  # the C listener first; the Python one stays alive till after
     del Entity._entities[ref]
     entity._delete(ref)
+
+
+def close_channel(channel: Any) -> None:
+    """Close a unitree_sdk2py ChannelPublisher/ChannelSubscriber: reader/writer and Topic deleted
+    now with `delete_entity` (the SDK's Close() drops the reader with its listener possibly
+    running, and leaves the Topic to the garbage collector)."""
+    inner = getattr(channel, "_ChannelPublisher__channel", None) or getattr(channel, "_ChannelSubscriber__channel", None)
+    if inner is not None:
+        reader = getattr(getattr(inner, "_Channel__reader", None), "_Reader__reader", None)
+        writer = getattr(getattr(inner, "_Channel__writer", None), "_Writer__writer", None)
+        for e in (reader, writer):
+            if e is not None:
+                delete_entity(e)
+    channel.Close()
+    topic = getattr(inner, "_Channel__topic", None)
+    if topic is not None:
+        delete_entity(topic)
 
 
 def lowcmd_wire_sample(rec: np.ndarray) -> Any:

@@ -552,10 +552,14 @@ class SimBridge:
 
         self._sim_topics = sim_msgs.SimTopics()
         probe = self._start_busy_probe() if cfg.busy_check_s > 0 else None
-        t0 = time.monotonic()
-        self.sim = BridgeSim(cfg)  # compiling takes ~1 s: the probe listens meanwhile
-        if probe is not None:
-            self._finish_busy_probe(probe, cfg.busy_check_s - (time.monotonic() - t0))
+        try:
+            t0 = time.monotonic()
+            self.sim = BridgeSim(cfg)  # compiling takes ~1 s: the probe listens meanwhile
+            if probe is not None:
+                self._finish_busy_probe(probe, cfg.busy_check_s - (time.monotonic() - t0))
+        finally:
+            if probe is not None:
+                protocol.delete_entity(probe)
         self._open_channels()
         if cfg.viewer:
             self._open_viewer()
@@ -592,7 +596,6 @@ class SimBridge:
     def _open_channels(self) -> None:
         from cyclonedds.core import Listener
         from cyclonedds.sub import DataReader
-        from cyclonedds.topic import Topic
         from unitree_sdk2py.core.channel import ChannelPublisher
         from unitree_sdk2py.idl.unitree_hg.msg.dds_ import LowCmd_, LowState_
 
@@ -604,7 +607,7 @@ class SimBridge:
         # rt/lowcmd: the SDK's LowCmd_ type, read as raw payloads (cyclonedds' Python deserializer
         # costs ~0.3 ms per command, 15 % of a core at 500 Hz); decoded by deploy.protocol.
         t = self._sim_topics
-        self._cmd_reader = DataReader(t.participant, Topic(t.participant, protocol.TOPIC_LOWCMD, LowCmd_),
+        self._cmd_reader = DataReader(t.participant, t.topic(protocol.TOPIC_LOWCMD, LowCmd_),
                                       None, Listener(on_data_available=self._on_lowcmd_available))
         t._entities.append(self._cmd_reader)
         self._gt_writer = t.writer(sim_msgs.TOPIC_GROUND_TRUTH, keep_all=False)
@@ -647,10 +650,11 @@ class SimBridge:
     def _teardown(self) -> None:
         for ch in self._channels:
             try:
-                ch.Close()
+                protocol.close_channel(ch)
             except Exception:  # pragma: no cover - best effort on shutdown
                 pass
         self._channels.clear()
+        self._state_pub = None
         self._cmd_reader = None
         if self._sim_topics is not None:
             self._sim_topics.close()
@@ -1131,6 +1135,16 @@ class BridgeProcess:
         return self.proc.returncode
 
 
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the launching process dies (Linux), so a killed test run
+    leaves no bridge behind holding its DDS domain."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 @contextmanager
 def launch_bridge_process(
     args: Sequence[str] = (), *, domain: int = protocol.SIM_DOMAIN,
@@ -1149,7 +1163,7 @@ def launch_bridge_process(
     full_env = dict(os.environ if env is None else env)
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                            env=full_env, cwd=str(REPO_ROOT))
+                            env=full_env, cwd=str(REPO_ROOT), preexec_fn=_die_with_parent)
     bridge = BridgeProcess(proc, domain, interface)
     try:
         bridge.wait_ready(ready_timeout)

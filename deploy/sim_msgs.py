@@ -167,10 +167,20 @@ class SimTopics:
         return r
 
     def close(self) -> None:
-        """Delete the readers and writers now (their topics stay with the participant)."""
+        """Delete the readers and writers, then the topics, now (see protocol.close_channel)."""
         for e in self._entities:
             protocol.delete_entity(e)
         self._entities.clear()
+        for t in self.topics.values():
+            protocol.delete_entity(t)
+        self.topics.clear()
+
+    def topic(self, name: str, data_type: Any) -> Any:
+        """Another topic on this participant, deleted with the others by close()."""
+        from cyclonedds.topic import Topic
+
+        t = self.topics[name] = Topic(self.participant, name, data_type)
+        return t
 
 
 def wait_matched(writer: Any, timeout: float) -> bool:

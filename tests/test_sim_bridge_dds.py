@@ -53,7 +53,7 @@ def lowcmd_pub(bridge):
     pub = ChannelPublisher("rt/lowcmd", LowCmd_)
     pub.Init()
     yield pub
-    pub.Close()
+    protocol.close_channel(pub)
 
 
 class LowStateRecorder:
@@ -79,7 +79,7 @@ class LowStateRecorder:
         raise AssertionError("no matching LowState in time")
 
     def close(self):
-        self.sub.Close()
+        protocol.close_channel(self.sub)
 
 
 def hold_pose_cmd(mode_machine=g1.MODE_MACHINE_29DOF_REV1):

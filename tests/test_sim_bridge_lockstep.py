@@ -52,8 +52,8 @@ class LockstepClient:
         return self.next_state(tick)
 
     def close(self):
-        self.sub.Close()
-        self.pub.Close()
+        protocol.close_channel(self.sub)
+        protocol.close_channel(self.pub)
 
 
 def hold_cmd():
