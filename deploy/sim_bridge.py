@@ -2,11 +2,14 @@
 
     python -m deploy.sim_bridge [--domain 1] [--interface lo] [--lockstep] [...]   (`make sim`)
 
-Speaks the robot's protocol through unitree_sdk2py: publishes `rt/lowstate` (unitree_hg
-LowState_) at 500 Hz with tick (ms), mode_machine 5 (29-DoF rev 1.0), pelvis IMU
-(quaternion w,x,y,z, gyro and accelerometer in the IMU frame, rpy), motor q/dq/tau_est for the
-29 motors, wireless_remote and CRC; subscribes `rt/lowcmd` and, like the robot, ignores (and
-counts) commands with a bad CRC, another mode_machine, or non-finite fields. Every 1 kHz physics
+Speaks the robot's protocol with unitree_sdk2py's DDS set-up and IDL types (ChannelFactory
+participant; LowState_ written through a ChannelPublisher, LowCmd_ read as raw payloads of the
+SDK type and decoded by `deploy.protocol`, ~20x cheaper than the SDK's Python deserializer).
+It publishes `rt/lowstate` (unitree_hg LowState_) at 500 Hz with tick (ms), mode_machine 5
+(29-DoF rev 1.0), pelvis IMU (quaternion w,x,y,z, gyro and accelerometer in the IMU frame, rpy),
+motor q/dq/ddq/tau_est for the 29 motors, wireless_remote and CRC; it subscribes `rt/lowcmd` and,
+like the robot, ignores (and counts) commands with a bad CRC or another mode_machine, and also
+those with non-finite fields or mode_pr != 0 (only pitch/roll mode is simulated). Every 1 kHz physics
 step applies per motor tau = tau_ff + kp (q* - q) + kd (dq* - dq) from the latest accepted
 LowCmd, clipped to `g1.TORQUE_LIMIT` (motor mode 0: no torque; before any command: zero torque).
 
@@ -146,6 +149,10 @@ class BusyDomainError(RuntimeError):
 
 class BridgeLaunchError(RuntimeError):
     pass
+
+
+class ViewerError(RuntimeError):
+    """--viewer could not open a window."""
 
 
 # ----------------------------------------------------------------------------- physics core
@@ -616,12 +623,15 @@ class SimBridge:
         t.reader(sim_msgs.TOPIC_REMOTE, lambda s: self._on_control("remote", s))
 
     def _open_viewer(self) -> None:
+        if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+            # checked here: MuJoCo's viewer exits the whole process when GLFW cannot start
+            raise ViewerError("--viewer needs a display (DISPLAY is not set); run headless without --viewer")
         try:
             import mujoco.viewer
 
             self._viewer = mujoco.viewer.launch_passive(self.sim.model, self.sim.data)
         except Exception as e:
-            raise RuntimeError(
+            raise ViewerError(
                 f"--viewer: could not open the MuJoCo viewer ({e}); it needs a display "
                 "(run headless without --viewer)"
             ) from e
@@ -1081,7 +1091,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BusyDomainError as e:
         print(f"sim bridge: error: {e}", file=sys.stderr, flush=True)
         return 3
-    except ModelError as e:
+    except (ModelError, ViewerError) as e:
         print(f"sim bridge: error: {e}", file=sys.stderr, flush=True)
         return 2
     return 0

@@ -353,3 +353,13 @@ def test_unknown_interface_exits_with_a_clear_error():
     assert out.returncode == 2
     assert "network interface 'nosuch0' does not exist; available:" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_viewer_without_a_display_is_a_clear_error():
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    out = subprocess.run([sys.executable, "-m", "deploy.sim_bridge", "--viewer", "--busy-check-s", "0",
+                          "--domain", str(50 + os.getpid() % 40)],
+                         capture_output=True, text=True, timeout=120, cwd=sb.REPO_ROOT, env=env)
+    assert out.returncode == 2 and "--viewer needs a display" in out.stderr, out.stderr
