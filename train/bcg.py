@@ -8,25 +8,29 @@ the same actions, and are averaged into x_bar; the nominal rollout continues fro
 offsets are constants for differentiation (stop_gradient), so autodiff through the average
 gives the mean of the branch sensitivities.
 
-How it sits in a batched rollout (train/rollout.py calls `bundled_chunk` per H-step chunk):
-1. Nominal pass: every env steps H control steps (policy in the loop, auto-reset).
-2. Trigger: an env is stiff if any foot sphere's normal force exceeded tau in any substep of
-   that chunk (`train.env.stiff_contact`); the feet to perturb are the feet that were stiff.
-3. Contact-local cost under vmap: a fixed budget of K = min(max_bundled_envs, N) envs per
-   chunk, chosen by top-k on the peak contact force among the triggered ones, is gathered,
-   re-simulated from the chunk's start as K x B branches, and scattered back over the nominal
-   results (rewards, observations, dones and the chunk's end state). Unused slots (fewer than
-   K triggers) are computed and discarded; triggered envs beyond K keep the plain gradient.
-   Cost per chunk: N*H + K*B*H env-steps instead of N*H (x (1 + K*B/N)).
-4. Actions inside a bundle: step 0 uses the policy at the nominal (unperturbed) chunk-start
-   state -- identical to the nominal pass, same rng; step h >= 1 uses the policy at the
-   branch-mean state x_bar_{t+h} (observed with the same noise key as the nominal). All
-   branches receive that same action. Rewards are the branch means, done is evaluated on
-   x_bar; a done x_bar auto-resets all branches.
+How it sits in a batched rollout (`bcg_rollout_step`, one control step, scanned by
+train/rollout.py):
+- Trigger (the published one): at control step t, an env is stiff if any of its foot spheres
+  carried a normal force above tau in the last control step's substeps (the state's
+  `contact_force`, `train.env.stiff_contact`); the feet to perturb are the stiff feet.
+- Contact-local cost under vmap: K = min(max_bundled_envs, N) bundle SLOTS of B branches
+  each. Every step, free slots take the not-yet-bundled stiff envs with the highest peak
+  force (top-k); the N nominal envs and the K*B branches are stepped together in ONE vmapped
+  env step (N + K*B env-steps instead of N; one step body in the compiled graph). A slot runs
+  H steps, then (or earlier if x_bar is done, or at the last step of the rollout) x_bar is
+  scattered over its env's nominal state and the slot frees. Stiff envs beyond the budget
+  keep the plain gradient. Idle slots step perturbed copies of some env and are discarded.
+- While an env is bundled, its trajectory entries (obs, action, reward, done, next_obs,
+  metrics) are the bundle's: reward = branch mean, done evaluated on x_bar; its nominal copy
+  keeps stepping and is overwritten by x_bar when the bundle ends.
+- Actions inside a bundle: at its first step the policy sees the nominal (unperturbed) state
+  -- exactly the nominal action, same rng key; at step h >= 1 the policy sees x_bar_{t+h}
+  (observation with the env's own noise key), and every branch gets that one action.
 """
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -130,63 +134,89 @@ def _gather(tree, idx):
     return jax.tree.map(lambda x: x[idx], tree)
 
 
-def _scatter(tree, idx, new, valid):
+def _scatter(tree, idx, new, valid, axis=0):
+    """tree[..., idx, ...] = new where valid (idx indexes `axis`)."""
     def put(x, y):
-        old = x[idx]
-        v = jnp.reshape(valid, valid.shape + (1,) * (y.ndim - 1))
-        return x.at[idx].set(jnp.where(v, y, old))
+        xs = jnp.moveaxis(x, axis, 0)
+        ys = jnp.moveaxis(y, axis, 0)
+        v = jnp.reshape(valid, valid.shape + (1,) * (ys.ndim - 1))
+        out = xs.at[idx].set(jnp.where(v, ys, xs[idx]))
+        return jnp.moveaxis(out, 0, axis)
     return jax.tree.map(put, tree, new)
 
 
-def bundled_chunk(env: G1Env, policy_fn, params, state: EnvState, keys: jax.Array, cfg: BCGConfig, plain_step):
-    """One H-step chunk of a batched rollout with BCG (see the module doc).
+class Slots(NamedTuple):
+    """Bundle slots carried through a BCG rollout (leading axis K)."""
 
-    keys: (H, 2) per-step keys (the same a plain rollout would use); `plain_step(state, key) ->
-    (state, out, contact_force)` is the rollout's batched policy + env step with auto-reset.
-    Returns (state after H steps, outs stacked (H, N, ...)).
-    """
-    H = cfg.horizon
+    branches: EnvState  # (K, B) branch states
+    idx: jax.Array  # (K,) int32 env index the slot bundles
+    age: jax.Array  # (K,) int32 control steps done
+    active: jax.Array  # (K,) bool
+    obs: jax.Array  # (K, obs_size) observation of x_bar (what the policy sees next)
+
+
+def num_slots(cfg: BCGConfig, num_envs: int) -> int:
+    return max(0, min(cfg.max_bundled_envs, num_envs))
+
+
+def init_slots(env: G1Env, state: EnvState, cfg: BCGConfig) -> Slots:
     N = state.step.shape[0]
-    K = min(cfg.max_bundled_envs, N)
+    K = num_slots(cfg, N)
+    idx = jnp.arange(K, dtype=jnp.int32) % N
+    s = _gather(state, idx)
+    br = jax.tree.map(lambda x: jnp.broadcast_to(x[:, None], x.shape[:1] + (cfg.branches,) + x.shape[1:]), s)
+    return Slots(br, idx, jnp.zeros(K, jnp.int32), jnp.zeros(K, bool), s.obs)
 
-    # 1. nominal pass
-    s = state
-    outs, peak, feet_any = [], jnp.zeros(N, state.contact_force.dtype), jnp.zeros((N, 2), bool)
-    for h in range(H):
-        s, out, force = plain_step(s, keys[h])
-        outs.append(out)
-        _, feet = stiff_contact(force, env.sphere_foot, cfg.tau)
-        feet_any = feet_any | feet
-        peak = jnp.maximum(peak, force.max(-1))
-    if K == 0:
-        return s, jax.tree.map(lambda *x: jnp.stack(x), *outs)
-    trig = jnp.any(feet_any, -1)
 
-    # 2. budget: top-K triggered envs by peak force
-    _, idx = jax.lax.top_k(jnp.where(trig, peak, -1.0), K)
-    valid = trig[idx]
+def bcg_rollout_step(env: G1Env, policy_fn, params, cfg: BCGConfig, state: EnvState, slots: Slots,
+                     key: jax.Array, last: jax.Array):
+    """One control step of a batched BCG rollout (module doc). `last`: the rollout's final step
+    (every open bundle closes). Returns (state after auto-reset, slots, out) -- out as the plain step's."""
+    N = state.step.shape[0]
+    K, B = slots.idx.shape[0], cfg.branches
+    pk, rk = step_keys(key, N)
 
-    # 3. bundle pass from the chunk start
-    s0 = _gather(state, idx)
-    pert_keys = jax.random.split(jax.random.fold_in(keys[0], 0xBC6), K)
-    br = jax.vmap(lambda st, k, f: perturb_branches(env, st, k, f, cfg))(s0, pert_keys, feet_any[idx])
-    xbar = s0
-    step_b = jax.vmap(jax.vmap(env.step, in_axes=(0, None)))
-    for h in range(H):
-        pk, rk = step_keys(keys[h], N)
-        obs = xbar.obs
-        action = jax.vmap(policy_fn, in_axes=(None, 0, 0))(params, obs, pk[idx])
-        br = step_b(br, action)
-        xbar = jax.vmap(lambda b: mean_state(env, b))(br)
-        out_b = dict(obs=obs, action=action, reward=xbar.reward, done=xbar.done, truncated=xbar.truncated,
-                     next_obs=xbar.obs, metrics=xbar.metrics, bundled=valid)
-        rst = jax.lax.stop_gradient(jax.vmap(env.reset)(rk[idx]))
-        xbar = _tree_where(xbar.done, rst, xbar)
-        if h + 1 < H:
-            rst_b = jax.tree.map(lambda x: jnp.broadcast_to(x[:, None], x.shape[:1] + (cfg.branches,) + x.shape[1:]), rst)
-            br = _tree_where(jnp.broadcast_to(xbar.done[:, None], (K, cfg.branches)), rst_b, br)
-        outs[h] = _scatter(outs[h], idx, out_b, valid)
+    # assign free slots to the stiffest not-yet-bundled envs
+    in_slot = jnp.zeros(N, jnp.int32).at[slots.idx].max(slots.active.astype(jnp.int32)) > 0
+    stiff, stiff_feet = stiff_contact(state.contact_force, env.sphere_foot, cfg.tau)
+    cand = stiff & ~in_slot
+    top_score, top_idx = jax.lax.top_k(jnp.where(cand, state.contact_force.max(-1), -1.0), K)
+    top_valid = cand[top_idx]
+    free = ~slots.active
+    rank = jnp.clip(jnp.cumsum(free.astype(jnp.int32)) - 1, 0, K - 1)
+    new = free & top_valid[rank]
+    new_idx = top_idx[rank]
+    idx = jnp.where(new, new_idx, slots.idx)
+    age = jnp.where(new, 0, slots.age)
+    active = slots.active | new
+    s_new = _gather(state, new_idx)
+    pert_keys = jax.random.split(jax.random.fold_in(key, 0xBC6), K)
+    fresh = jax.vmap(lambda st, k, f: perturb_branches(env, st, k, f, cfg))(s_new, pert_keys, stiff_feet[new_idx])
+    branches = _tree_where(jnp.broadcast_to((new | ~active)[:, None], (K, B)), fresh, slots.branches)
+    slot_obs = jnp.where(new[:, None], s_new.obs, slots.obs)
 
-    # 4. scatter the bundled envs' end state over the nominal one
-    s = _scatter(s, idx, xbar, valid)
-    return s, jax.tree.map(lambda *x: jnp.stack(x), *outs)
+    # actions: nominal envs at their state, slots at x_bar (= the nominal state on a slot's first step)
+    policy = jax.vmap(policy_fn, in_axes=(None, 0, 0))
+    a_nom = policy(params, state.obs, pk)
+    a_slot = policy(params, slot_obs, pk[idx])
+
+    # one vmapped step over N nominal envs + K*B branches
+    flat = jax.tree.map(lambda x: x.reshape((K * B,) + x.shape[2:]), branches)
+    both = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), state, flat)
+    act = jnp.concatenate([a_nom, jnp.repeat(a_slot, B, axis=0)])
+    nxt = jax.vmap(env.step)(both, act)
+    nom = jax.tree.map(lambda x: x[:N], nxt)
+    branches = jax.tree.map(lambda x: x[N:].reshape((K, B) + x.shape[1:]), nxt)
+    xbar = jax.vmap(lambda b: mean_state(env, b))(branches)
+    age = age + 1
+    finish = active & ((age >= cfg.horizon) | xbar.done | last)
+
+    out = dict(obs=state.obs, action=a_nom, reward=nom.reward, done=nom.done, truncated=nom.truncated,
+               next_obs=nom.obs, metrics=nom.metrics, bundled=jnp.zeros(N, bool))
+    out_b = dict(obs=slot_obs, action=a_slot, reward=xbar.reward, done=xbar.done, truncated=xbar.truncated,
+                 next_obs=xbar.obs, metrics=xbar.metrics, bundled=active)
+    out = _scatter(out, idx, out_b, active)
+    nom = _scatter(nom, idx, xbar, finish)
+    rst = jax.lax.stop_gradient(jax.vmap(env.reset)(rk))
+    state = _tree_where(nom.done, rst, nom)
+    return state, Slots(branches, idx, age, active & ~finish, xbar.obs), out

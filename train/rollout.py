@@ -12,8 +12,10 @@
   `env.reset(key)` under stop_gradient before the next step. The transition's own reward,
   done flag and pre-reset observation (`next_obs`) are recorded first.
 - `bcg_cfg=None` or `BCGConfig(enabled=False)`: plain analytic gradients (SHAC). Enabled:
-  the horizon is processed in chunks of `bcg_cfg.horizon` steps (`horizon` must be a
-  multiple) by `train.bcg.bundled_chunk`; with no env triggered it equals the plain rollout.
+  every step is `train.bcg.bcg_rollout_step` (bundle slots carried through the scan, see
+  train/bcg.py); bundles still open at the last step close there (a bundle never crosses a
+  rollout boundary, so `final_state` is a plain batched EnvState). With no env triggered the
+  result equals the plain rollout (up to float rounding of the larger vmapped batch).
 
 traj (a dict; leaves have leading axes (horizon, N)):
   obs (before the step), action, reward, done, truncated, next_obs (after the step, before
@@ -26,7 +28,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from train.bcg import BCGConfig, _tree_where, bundled_chunk, step_keys
+from train.bcg import BCGConfig, _tree_where, bcg_rollout_step, init_slots, num_slots, step_keys
 from train.env import EnvState, G1Env
 
 
@@ -63,15 +65,14 @@ def rollout(env: G1Env, policy_fn, params, state: EnvState, rng: jax.Array, hori
             s, out, _ = plain_step(s, k)
             return s, out
         final, traj = jax.lax.scan(body, state, keys)
+    elif num_slots(bcg_cfg, state.step.shape[0]) == 0:  # no budget: the plain rollout
+        return rollout(env, policy_fn, params, state, rng, horizon, None)
     else:
-        H = bcg_cfg.horizon
-        if horizon % H:
-            raise ValueError(f"rollout horizon {horizon} must be a multiple of the BCG horizon {H}")
-
-        def chunk(s, ks):
-            return bundled_chunk(env, policy_fn, params, s, ks, bcg_cfg, plain_step)
-
-        final, traj = jax.lax.scan(chunk, state, keys.reshape((horizon // H, H) + keys.shape[1:]))
-        traj = jax.tree.map(lambda x: x.reshape((horizon,) + x.shape[2:]), traj)
+        def body(carry, x):
+            s, slots = carry
+            k, t = x
+            s, slots, out = bcg_rollout_step(env, policy_fn, params, bcg_cfg, s, slots, k, t == horizon - 1)
+            return (s, slots), out
+        (final, _), traj = jax.lax.scan(body, (state, init_slots(env, state, bcg_cfg)), (keys, jnp.arange(horizon)))
     traj["final_obs"] = final.obs
     return final, traj
