@@ -94,7 +94,7 @@ def _finite_tree(tree) -> bool:
 def train(motion_name: str, algo: str = "bcg", preset: str = "cpu", seed: int = 0, iterations: int | None = None,
           stiffness: str | float = "stiff", resume: str | None = None, run_root: Path | None = None,
           export_dir: str | None = None, checkpoint_every: int = 25, overrides: dict | None = None,
-          progress: bool = True, tag: str = "") -> Path:
+          progress: bool = True, tag: str = "", time_budget_s: float | None = None) -> Path:
     import jax
     from tqdm import tqdm
 
@@ -133,10 +133,18 @@ def train(motion_name: str, algo: str = "bcg", preset: str = "cpu", seed: int = 
     ep_steps = ep_count = 0.0
     bar = tqdm(range(start, cfg.iterations), initial=start, total=cfg.iterations, disable=not progress,
                dynamic_ncols=True)
+    stopped = ""
     for it in bar:
+        if time_budget_s is not None and time.time() - t0 > time_budget_s:
+            stopped = f"time budget of {time_budget_s:.0f} s reached"
+            break
         t_it = time.time()
-        ts_new, m = trainer.iterate(ts)
-        m = {k: float(v) for k, v in m.items()}
+        try:
+            ts_new, m = trainer.iterate(ts)
+            m = {k: float(v) for k, v in m.items()}
+        except KeyboardInterrupt:
+            stopped = "interrupted (Ctrl-C)"
+            break
         if m["nonfinite_grad"] > 0 or not math.isfinite(m["actor_loss"]):
             bad += 1
         else:
@@ -161,11 +169,14 @@ def train(motion_name: str, algo: str = "bcg", preset: str = "cpu", seed: int = 
             save(ck_latest, it + 1, m)
             run_io.plot_curves(run_dir / "metrics.csv", run_dir / "curves.png")
     bar.close()
-    if not ck_latest.exists() or (last and last.get("iteration") != load_checkpoint(ck_latest).step):
-        save(ck_latest, it + 1, last)
+    done_iters = int(last.get("iteration", start)) if last else start
+    if stopped:
+        print(f"stopped after {done_iters} iterations: {stopped}; saving and exporting what was trained")
+    if last and (not ck_latest.exists() or load_checkpoint(ck_latest).step != done_iters):
+        save(ck_latest, done_iters, last)
     run_io.plot_curves(run_dir / "metrics.csv", run_dir / "curves.png")
     res = export_policy(ts.actor, actor_cfg, ts.obs_norm, motion,
-                        {"algorithm": "shac+bcg" if bcg_cfg.enabled else "shac", "seed": seed, "iterations": it + 1,
+                        {"algorithm": "shac+bcg" if bcg_cfg.enabled else "shac", "seed": seed, "iterations": done_iters,
                          "preset": preset, "stiffness": stiffness, "run": str(run_dir),
                          "wall_time_s": round(time.time() - t0, 1)},
                         out_dir=export_dir)
@@ -203,6 +214,8 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", default=None, help="a run folder to continue from its latest checkpoint")
     ap.add_argument("--export-dir", default=None, help="where to export (default policies/g1/<motion>/)")
     ap.add_argument("--tag", default="", help="suffix of the run folder name")
+    ap.add_argument("--time-budget-min", type=float, default=None,
+                    help="stop after this many minutes of wall time, then save and export (Ctrl-C does the same)")
     a = ap.parse_args(argv)
     from train.motions import MotionError
 
@@ -212,7 +225,8 @@ def main(argv=None) -> int:
     except ValueError:
         pass
     try:
-        train(a.motion, a.algo, a.preset, a.seed, a.iterations, stiffness, a.resume, export_dir=a.export_dir, tag=a.tag)
+        train(a.motion, a.algo, a.preset, a.seed, a.iterations, stiffness, a.resume, export_dir=a.export_dir, tag=a.tag,
+              time_budget_s=None if a.time_budget_min is None else 60 * a.time_budget_min)
     except (MotionError, TrainingDiverged) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
