@@ -34,17 +34,18 @@ def group_joints(name: str) -> tuple[int, ...]:
 
 
 def hang_pose() -> np.ndarray:
-    """Pose held on the gantry / elastic band: the default pose with legs and arms spread a little
-    (hip roll +-0.15, shoulder roll +-0.35, knee 0.5, elbow 1.0) so that excited links stay clear
-    of each other and of the torso, and every excited joint has room both ways."""
+    """Pose held on the gantry / elastic band: the default pose with legs and arms spread (hip roll
+    +-0.25, shoulder roll +-0.6, knee 0.5, elbow 1.0) so that excited links stay clear of each
+    other, of the torso and of the hips (checked by `self_contacts`), and every excited joint has
+    room both ways."""
     q = g1.DEFAULT_JOINT_POS.copy()
     for side, sign in ((0, 1), (6, -1)):
-        q[side + 1] = 0.15 * sign  # hip roll outward
+        q[side + 1] = 0.25 * sign  # hip roll outward
         q[side + 3] = 0.5  # knee (away from its lower limit)
         q[side + 4] = -0.25  # ankle pitch
     for side, sign in ((15, 1), (22, -1)):
         q[side + 0] = 0.0  # shoulder pitch
-        q[side + 1] = 0.35 * sign  # shoulder roll outward
+        q[side + 1] = 0.6 * sign  # shoulder roll outward
         q[side + 3] = 1.0  # elbow
     return q
 
@@ -103,16 +104,74 @@ class Multisine:
 
 
 def group_excitation(group: str, q0: np.ndarray | None = None, duration: float = 6.0, max_amplitude: float = 0.3,
-                     seed: int = 0, **kw) -> Multisine:
+                     seed: int = 0, clearance: float | None = None, **kw) -> Multisine:
     """Multisine on every joint of `group` around `q0` (default `hang_pose()`), peak amplitude
-    min(max_amplitude, 0.8 x room to the soft limits)."""
+    min(max_amplitude, 0.8 x room to the soft limits). With `clearance` (m), the amplitude is shrunk
+    (x0.85 per try) until no two links of the planned poses come closer than that (`self_contacts`)."""
     q0 = hang_pose() if q0 is None else np.asarray(q0, float)
     joints = group_joints(group)
     amp = np.minimum(max_amplitude, room(q0)[list(joints)])
     if (amp < 0.02).any():
         bad = [g1.JOINT_NAMES[j] for j, a in zip(joints, amp) if a < 0.02]
         raise ValueError(f"excitation pose leaves no room to move {bad} inside the soft limits")
-    return Multisine(tuple(joints), q0, amp, duration=duration, seed=seed, **kw)
+    exc = Multisine(tuple(joints), q0, amp, duration=duration, seed=seed, **kw)
+    if clearance is None:
+        return exc
+    for _ in range(12):
+        pairs = self_contacts(exc, clearance)
+        if not pairs:
+            return exc
+        amp = amp * 0.85
+        exc = Multisine(tuple(joints), q0, amp, duration=duration, seed=seed, **kw)
+    raise ValueError(f"excitation of {group} keeps links within {clearance} m of each other ({pairs[:3]}): "
+                     "choose another pose")
+
+
+_CLEARANCE_MODEL = {}
+
+
+def self_contacts(schedule, clearance: float, dt: float = 0.01) -> list[tuple[str, str]]:
+    """Pairs of bodies (floor excluded) that come within `clearance` m of each other along the
+    planned targets (kinematics only, pelvis fixed upright; the real motion lags the targets),
+    except neighbours that are that close already in the schedule's rest pose (q0)."""
+    import mujoco
+
+    from robots.model import build_bridge_spec, motor_qpos_adr
+
+    if clearance not in _CLEARANCE_MODEL:
+        spec = build_bridge_spec()
+        for geom in spec.geoms:
+            geom.margin = clearance
+        m = spec.compile()
+        m.geom_contype[m.geom("floor").id] = m.geom_conaffinity[m.geom("floor").id] = 0
+        _CLEARANCE_MODEL[clearance] = (m, mujoco.MjData(m), motor_qpos_adr(m))
+    m, d, qadr = _CLEARANCE_MODEL[clearance]
+
+    def chain(a: int, b: int) -> bool:  # one body is an ancestor of the other (same limb)
+        for x, y in ((a, b), (b, a)):
+            while y > 0:
+                y = m.body_parentid[y]
+                if y == x:
+                    return True
+        return False
+
+    def close(q) -> set:
+        d.qpos[:7] = [0, 0, 1.0, 1, 0, 0, 0]
+        d.qpos[qadr] = q
+        mujoco.mj_kinematics(m, d)
+        mujoco.mj_collision(m, d)
+        out = set()
+        for c in d.contact[: d.ncon]:
+            b1, b2 = (int(m.geom_bodyid[g]) for g in c.geom)
+            if c.dist < (0.0 if chain(b1, b2) else clearance):  # same limb: joint limits keep it apart
+                out.add(tuple(sorted((m.body(b1).name, m.body(b2).name))))
+        return out
+
+    rest = close(schedule.q0)
+    pairs = set()
+    for t in np.arange(0.0, schedule.duration, dt):
+        pairs |= close(schedule(t)) - rest
+    return sorted(pairs)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Joint zero/offset check against a held pose.
 
 The robot (hanging) holds a known pose with PD. Where it settles is predicted by the same model
-the actuator fit uses (calibration.sysid.ReplayModel: fixed pelvis, gravity from the IMU):
+the actuator fit uses (calibration.sysid.ReplayModel, the pelvis at its logged mean attitude):
 the static equilibrium kp (q* - q) = g(q) (Newton on the 29 joints), so the gravity sag of every
 joint is accounted for. What remains is compared with a tolerance that includes the friction
 dead band (a joint may stop anywhere within frictionloss / kp of equilibrium):
@@ -61,19 +61,21 @@ class JointCheck:
                 "flagged": list(self.flagged), "offsets": r(self.offsets)}
 
 
-def equilibrium(replay: ReplayModel, target: np.ndarray, kp: np.ndarray, gravity: np.ndarray,
+def equilibrium(replay: ReplayModel, target: np.ndarray, kp: np.ndarray, pelvis_quat=(1.0, 0.0, 0.0, 0.0),
                 params: dict | None = None, iters: int = 8) -> np.ndarray:
-    """q with kp_scale kp (target - q) = gravity torque(q) on the fixed-pelvis model (Newton)."""
+    """q with kp_scale kp (target - q) = gravity torque(q), pelvis held at `pelvis_quat` (Newton)."""
     jp = params or joint_params({})
-    m = replay.variant(jp, gravity)
+    m = replay.variant(jp)
     d = mujoco.MjData(m)
     k = kp * jp["kp_scale"]
+    qa, da = replay.qadr, replay.dadr
 
     def resid(q):
-        d.qpos[:] = q
+        d.qpos[:4] = pelvis_quat
+        d.qpos[qa] = q
         d.qvel[:] = 0.0
         mujoco.mj_forward(m, d)
-        return k * (target - q) - d.qfrc_bias
+        return k * (target - q) - d.qfrc_bias[da]
 
     q = np.array(target, float)
     for _ in range(iters):
@@ -104,13 +106,13 @@ def check_joints(log: RunLog, target: np.ndarray, replay: ReplayModel | None = N
                                f"> {cfg.max_motion}); hold longer (--hold-s) with the robot hanging still")
     kp = log.cmds["kp"][-1]
     replay = replay or ReplayModel(log.meta.get("mjcf"))
-    gravity = replay.gravity_in_pelvis(_mean_quat(log.states["quat"][win]))
+    pelvis, _ = replay.pelvis_attitude(_mean_quat(log.states["quat"][win])[None], np.zeros((1, 3)))
     jp = params or joint_params({})
-    pred = equilibrium(replay, np.asarray(target, float), kp, gravity, jp)
+    pred = equilibrium(replay, np.asarray(target, float), kp, pelvis[0], jp)
     meas = q.mean(axis=0)
     resid = meas - pred
     sem = motion / np.sqrt(max(effective_count(q), 1.0))
-    fl = replay.variant(jp, gravity).dof_frictionloss
+    fl = replay.variant(jp).dof_frictionloss[replay.dadr]
     tol = cfg.tolerance + fl / np.maximum(kp * jp["kp_scale"], 1e-9) + 3 * sem
     flagged = tuple(g1.JOINT_NAMES[j] for j in np.flatnonzero(np.abs(resid) > tol))
     return JointCheck(np.asarray(target, float), meas, pred, resid, sem, tol, flagged)

@@ -53,6 +53,7 @@ class Plan:
     hold_between_s: float = 0.5
     seed: int = 0
     mirror: bool = True  # legs/arms: right side mirrors the left (see LEG_MIRROR)
+    clearance: float = 0.03  # m between links of different limbs along the planned excitation
 
 
 def excitation_for(group: str, plan: Plan) -> ex.Multisine:
@@ -62,7 +63,7 @@ def excitation_for(group: str, plan: Plan) -> ex.Multisine:
     elif plan.mirror and group == "arms":
         mirror = ARM_MIRROR
     return ex.group_excitation(group, ex.hang_pose(), duration=plan.excitation_s, max_amplitude=plan.excitation_amplitude,
-                               seed=plan.seed, mirror=mirror)
+                               seed=plan.seed, mirror=mirror, clearance=plan.clearance)
 
 
 def record(robot, plan: Plan = Plan(), echo: Callable[[str], None] = print,
@@ -148,13 +149,15 @@ def analyse(logs: dict[str, RunLog], plan: Plan, out_dir: Path | None, echo: Cal
         j = int(logs["latency"].meta.get("joint", g1.JOINT_NAMES.index(plan.latency_joint)))
         res.latency = attempt("latency", lambda: estimate_latency(logs["latency"], j, LatencyConfig()))
     delay = res.latency.action_delay_s if res.latency is not None else 0.0
+    gyro_bias = res.imu.gyro_bias if res.imu is not None else np.zeros(3)
     done: dict[tuple, ActuatorParams] = {}
     for g in plan.groups:
         key = f"excite_{g}"
         if key not in logs:
             continue
         echo(f"calibration: fitting {g} (action delay {delay * 1e3:.1f} ms) ...")
-        fit = attempt(f"actuators_{g}", lambda: fit_group(logs[key], g, delay, replay, others=done, cfg=fit_cfg, echo=echo))
+        fit = attempt(f"actuators_{g}", lambda: fit_group(logs[key], g, delay, replay, others=done, cfg=fit_cfg,
+                                                          gyro_bias=gyro_bias, echo=echo))
         if fit is not None:
             res.fits[g] = fit
             p = fit.params

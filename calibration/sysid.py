@@ -2,8 +2,12 @@
 joint group, from an excitation run on a hanging (gantry / elastic band) robot.
 
 Model: the bridge model robots/model.py builds (`build_bridge_spec`: same MJCF, same joints,
-torque motors, 1 kHz, same integrator), with the floating base fixed at the pelvis (the robot
-hangs) and contacts off, gravity turned into the pelvis frame from the logged IMU attitude.
+torque motors, 1 kHz, same integrator), contacts off, the pelvis on a ball joint at its origin
+instead of the free joint: the robot hangs, its pelvis barely translates, but it does rotate
+(the legs' reactions yaw it on the band/gantry). The pelvis follows the logged IMU attitude and
+rate (quaternion, bias-corrected gyro) through a stiff servo (`PELVIS_KP`, `PELVIS_KD`), so the
+joints see the pelvis motion the robot had; gravity acts in the world frame. (Fixed pelvis
+instead: ~3x the residual for the legs on the bridge's elastic band and damping off by ~40 %.)
 The drive law is the robot's, computed outside the model exactly as the bridge does every
 physics step: tau = clip(kp_scale kp (q* - q) - kd dq, +-torque limit).
 
@@ -49,6 +53,14 @@ PARAMS = ("armature_scale", "damping", "frictionloss_scale", "kp_scale")
 LOG_PARAMS = (True, False, True, True)
 LOWER = np.array([np.log(0.05), 0.0, np.log(0.02), np.log(0.3)])
 START_DAMPING = 0.1  # Nm s/rad
+# Replay servo that makes the pelvis follow the logged IMU attitude and rate:
+#   torque = PELVIS_KP rotvec(q, q_logged) + PELVIS_KD (omega_logged - omega)
+# The damping part is the ball joint's own dof damping (implicit in MuJoCo's implicitfast: stable
+# even against the pelvis body alone, 0.01 kg m^2); a rotor-like PELVIS_ARMATURE keeps the explicit
+# spring well inside its stability bound at 1 kHz.
+PELVIS_KP = 5000.0  # Nm/rad
+PELVIS_KD = 100.0  # Nm s/rad
+PELVIS_ARMATURE = 0.05  # kg m^2
 UPPER = np.array([np.log(20.0), 20.0, np.log(20.0), np.log(3.0)])
 
 
@@ -94,6 +106,8 @@ class Segments:
     meas_step: np.ndarray  # (S,) physics step after which the i-th measured state is taken
     q_meas: np.ndarray  # (nseg, S, 29)
     t_meas: np.ndarray  # (nseg, S) robot clock s
+    base_quat: np.ndarray  # (nseg, nsteps + 1, 4) logged pelvis attitude (world <- pelvis) per step; [0] initial
+    base_omega: np.ndarray  # (nseg, nsteps + 1, 3) logged pelvis angular velocity (pelvis frame)
 
 
 @dataclasses.dataclass
@@ -157,8 +171,8 @@ class ReplayModel:
         self._full_data = mujoco.MjData(self.full)
         self.qadr = motor_qpos_adr(m)
         self.dadr = motor_dof_adr(m)
-        if not (np.array_equal(self.qadr, np.arange(g1.NUM_MOTORS)) and np.array_equal(self.dadr, np.arange(g1.NUM_MOTORS))):
-            raise CalibrationError("replay model: motor joints are not the model's only degrees of freedom")
+        if not (np.array_equal(self.qadr, 4 + np.arange(g1.NUM_MOTORS)) and np.array_equal(self.dadr, 3 + np.arange(g1.NUM_MOTORS))):
+            raise CalibrationError("replay model: expected the pelvis ball joint followed by the 29 motor joints")
         # field = base + (value - nominal) * response, per dof, for each builder parameter
         self.fields = {
             "armature_scale": {"dof_armature": (base.dof_armature.copy(), arm.dof_armature - base.dof_armature, 1.0)},
@@ -177,34 +191,40 @@ class ReplayModel:
         spec = build_bridge_spec(cfg)
         for j in list(spec.joints):
             if j.type == mujoco.mjtJoint.mjJNT_FREE:
-                spec.delete(j)  # the robot hangs: pelvis fixed
+                j.type = mujoco.mjtJoint.mjJNT_BALL  # the robot hangs: the pelvis rotates, does not translate
         for k in list(spec.keys):
             spec.delete(k)
         spec.option.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONTACT
-        return spec.compile()
+        m = spec.compile()
+        m.dof_damping[:3] = PELVIS_KD  # the pelvis servo's damping (see PELVIS_KD)
+        m.dof_armature[:3] = PELVIS_ARMATURE
+        return m
 
-    def gravity_in_pelvis(self, imu_quat: np.ndarray) -> np.ndarray:
-        """World gravity in the pelvis frame given the IMU's world attitude (w, x, y, z)."""
-        qp = np.zeros(4)
+    def pelvis_attitude(self, imu_quat: np.ndarray, gyro: np.ndarray, gyro_bias=(0.0, 0.0, 0.0)):
+        """Pelvis quaternions (world <- pelvis) and angular velocities (pelvis frame) from the IMU's
+        (rows: w, x, y, z; rad/s in the IMU frame)."""
         inv = np.zeros(4)
         mujoco.mju_negQuat(inv, self.imu_in_pelvis)
-        mujoco.mju_mulQuat(qp, np.asarray(imu_quat, float) / np.linalg.norm(imu_quat), inv)  # world <- pelvis
         r = np.zeros(9)
-        mujoco.mju_quat2Mat(r, qp)
-        return r.reshape(3, 3).T @ np.array([0.0, 0.0, -9.81])
+        mujoco.mju_quat2Mat(r, self.imu_in_pelvis)
+        quat = np.empty((len(imu_quat), 4))
+        for i, qi in enumerate(np.asarray(imu_quat, float)):
+            mujoco.mju_mulQuat(quat[i], qi / np.linalg.norm(qi), inv)
+        omega = (np.asarray(gyro, float) - np.asarray(gyro_bias, float)) @ r.reshape(3, 3).T
+        return quat, omega
 
-    def variant(self, joint_params: dict[str, np.ndarray], gravity: np.ndarray) -> mujoco.MjModel:
+    def variant(self, joint_params: dict[str, np.ndarray]) -> mujoco.MjModel:
         m = copy.copy(self.model)
+        d = self.dadr
         for name, fields in self.fields.items():
             v = np.asarray(joint_params[name], float)
             for field, (base, resp, nominal) in fields.items():
                 dv = (v - nominal).reshape(-1, *([1] * (resp.ndim - 1)))
-                getattr(m, field)[:] = base + dv * resp
+                getattr(m, field)[d] = base[d] + dv * resp[d]
         full = copy.copy(self.full)
-        full.dof_armature[self.full_dadr] = m.dof_armature
+        full.dof_armature[self.full_dadr] = m.dof_armature[d]
         mujoco.mj_setConst(full, self._full_data)
-        m.dof_invweight0[:] = full.dof_invweight0[self.full_dadr]
-        m.opt.gravity[:] = gravity
+        m.dof_invweight0[d] = full.dof_invweight0[self.full_dadr]
         return m
 
 
@@ -219,31 +239,56 @@ def joint_params(groups: dict[tuple[int, ...], ActuatorParams]) -> dict[str, np.
 
 
 def simulate(models: Sequence[mujoco.MjModel], kp_scales: Sequence[np.ndarray], seg: Segments) -> np.ndarray:
-    """q (K, nseg, S, 29) of every candidate model over every segment (models run side by side)."""
+    """Joint q (K, nseg, S, 29) of every candidate model over every segment (models run side by side);
+    the pelvis (ball joint) servoed to the logged attitude and rate."""
     K, (nseg, nsteps, _) = len(models), seg.target.shape
     datas = [mujoco.MjData(m) for m in models]
     out = np.empty((K, nseg, len(seg.meas_step), g1.NUM_MOTORS))
     lim = g1.TORQUE_LIMIT
     meas = np.full(nsteps, -1)
     meas[seg.meas_step] = np.arange(len(seg.meas_step))
+    inv, dq, rv = np.zeros(4), np.zeros(4), np.zeros(3)
+    J = slice(4, 4 + g1.NUM_MOTORS)
+    V = slice(3, 3 + g1.NUM_MOTORS)
+    # views into each MjData (stable buffers) and scratch arrays: the loop below allocates nothing
+    qj = [d.qpos[J] for d in datas]
+    vj = [d.qvel[V] for d in datas]
+    qb = [d.qpos[:4] for d in datas]
+    vb = [d.qvel[:3] for d in datas]  # written at segment starts only
+    ctrl = [d.ctrl for d in datas]
+    fb = [d.qfrc_applied[:3] for d in datas]
+    tau, damp = np.empty(g1.NUM_MOTORS), np.empty(g1.NUM_MOTORS)
+    step = mujoco.mj_step
     for s in range(nseg):
-        for d in datas:
-            d.qpos[:] = seg.q0[s]
-            d.qvel[:] = seg.dq0[s]
+        for k, d in enumerate(datas):
+            qb[k][:] = seg.base_quat[s, 0]
+            vb[k][:] = seg.base_omega[s, 0]
+            qj[k][:] = seg.q0[s]
+            vj[k][:] = seg.dq0[s]
             d.qacc_warmstart[:] = 0.0
             d.time = 0.0
-        tgt, kp, kd = seg.target[s], seg.kp[s], seg.kd[s]
+        tgt, kd, bq = seg.target[s], seg.kd[s], seg.base_quat[s]
+        bwd = PELVIS_KD * seg.base_omega[s]
+        kpk = [kp_scales[k] * seg.kp[s] for k in range(K)]
         for n in range(nsteps):
             for k in range(K):
-                d = datas[k]
-                tau = kp_scales[k] * kp[n] * (tgt[n] - d.qpos) - kd[n] * d.qvel
-                np.clip(tau, -lim, lim, out=tau)
-                d.ctrl[:] = tau
-                mujoco.mj_step(models[k], d)
+                np.subtract(tgt[n], qj[k], out=tau)
+                tau *= kpk[k][n]
+                np.multiply(kd[n], vj[k], out=damp)
+                tau -= damp
+                np.clip(tau, -lim, lim, out=ctrl[k])
+                mujoco.mju_negQuat(inv, qb[k])
+                mujoco.mju_mulQuat(dq, inv, bq[n])
+                if dq[0] < 0:  # q and -q are one attitude: take the short way
+                    dq *= -1.0
+                mujoco.mju_quat2Vel(rv, dq, 1.0)
+                rv *= PELVIS_KP
+                np.add(rv, bwd[n], out=fb[k])  # + KD omega_logged; -KD omega is the implicit dof damping
+                step(models[k], datas[k])
             i = meas[n]
             if i >= 0:
                 for k in range(K):
-                    out[k, s, i] = datas[k].qpos
+                    out[k, s, i] = qj[k]
     return out
 
 
@@ -260,8 +305,10 @@ def command_times(log: RunLog, command_dt: float = g1.COMMAND_DT) -> np.ndarray:
     return ref + dup * command_dt
 
 
-def make_segments(log: RunLog, action_delay: float, segment_s: float, dt: float = g1.BRIDGE_PHYSICS_DT) -> Segments:
+def make_segments(log: RunLog, action_delay: float, segment_s: float, replay: "ReplayModel",
+                  gyro_bias=(0.0, 0.0, 0.0), dt: float = g1.BRIDGE_PHYSICS_DT) -> Segments:
     ticks = log.states["tick"].astype(np.int64)
+    bquat, bomega = replay.pelvis_attitude(log.states["quat"], log.states["gyro"], gyro_bias)
     t_cmd = command_times(log) + action_delay
     period_ms = int(round(log.state_period * 1e3))
     S = max(2, int(round(segment_s / (period_ms * 1e-3))))
@@ -284,16 +331,22 @@ def make_segments(log: RunLog, action_delay: float, segment_s: float, dt: float 
     kd = np.empty_like(target)
     q_meas = np.empty((nseg, S, g1.NUM_MOTORS))
     t_meas = np.empty((nseg, S))
+    base_quat = np.empty((nseg, nsteps + 1, 4))
+    base_omega = np.empty((nseg, nsteps + 1, 3))
     for s, i0 in enumerate(starts):
         t_steps = ticks[i0] * 1e-3 + np.arange(nsteps) * dt
         k = np.searchsorted(t_cmd, t_steps + 1e-7, side="right") - 1
         k = np.clip(k, 0, len(t_cmd) - 1)
         target[s], kp[s], kd[s] = log.cmds["q"][k], log.cmds["kp"][k], log.cmds["kd"][k]
+        # pelvis targets: the attitude logged at the end of each step (the newest state at or after it)
+        t_end = np.concatenate([[ticks[i0] * 1e-3], t_steps + dt])
+        b = np.clip(np.searchsorted(ticks * 1e-3, t_end - 1e-7, side="left"), i0, len(ticks) - 1)
+        base_quat[s], base_omega[s] = bquat[b], bomega[b]
         q_meas[s] = log.states["q"][i0 + 1:i0 + S + 1]
         t_meas[s] = ticks[i0 + 1:i0 + S + 1] * 1e-3
     q0 = log.states["q"][starts]
     dq0 = log.states["dq"][starts]
-    return Segments(q0, dq0, target, kp, kd, meas_step, q_meas, t_meas)
+    return Segments(q0, dq0, target, kp, kd, meas_step, q_meas, t_meas, base_quat, base_omega)
 
 
 def noise_std(q: np.ndarray) -> float:
@@ -309,7 +362,7 @@ def noise_std(q: np.ndarray) -> float:
 
 def fit_group(log: RunLog, group: str, action_delay: float = 0.0, replay: ReplayModel | None = None,
               others: dict[tuple[int, ...], ActuatorParams] | None = None, cfg: FitConfig = FitConfig(),
-              echo: Callable[[str], None] = lambda s: None) -> GroupFit:
+              gyro_bias=(0.0, 0.0, 0.0), echo: Callable[[str], None] = lambda s: None) -> GroupFit:
     from scipy.optimize import least_squares
 
     t_start = time.perf_counter()
@@ -335,10 +388,9 @@ def fit_group(log: RunLog, group: str, action_delay: float = 0.0, replay: Replay
             f"motion ({motion.min():.3f} rad; limit {cfg.max_noise_ratio:.0%}); check encoders / filtering or "
             "excite with a larger amplitude")
     replay = replay or ReplayModel(log.meta.get("mjcf"))
-    seg = make_segments(log, action_delay, cfg.segment_s)
+    seg = make_segments(log, action_delay, cfg.segment_s, replay, gyro_bias)
     if len(seg.q0) < 2:
         raise CalibrationError(f"{what}: log too short: {len(seg.q0)} usable segment(s) of {cfg.segment_s} s; need 2")
-    gravity = replay.gravity_in_pelvis(_mean_quat(log.states["quat"]))
     others = dict(others or {})
     scale = np.maximum(motion, 1e-3)
     jl = list(joints)
@@ -347,7 +399,7 @@ def fit_group(log: RunLog, group: str, action_delay: float = 0.0, replay: Replay
         ms, kps = [], []
         for x in xs:
             jp = joint_params({**others, joints: ActuatorParams.from_x(x)})
-            ms.append(replay.variant(jp, gravity))
+            ms.append(replay.variant(jp))
             kps.append(jp["kp_scale"])
         return ms, kps
 

@@ -42,7 +42,8 @@ def bridges_on(domain):
 def test_calibration_recovers_hidden_perturbations(dds_domain, tmp_path, capsys):
     out = tmp_path / "hidden.yaml"
     rc = cli.main(["--robot", "sim", "--domain", str(dds_domain), "--robot-id", "hidden", "--out", str(out),
-                   "--runs-root", str(tmp_path / "runs"), "--groups", "arms,legs", "--bridge-args", HIDDEN])
+                   "--runs-root", str(tmp_path / "runs"), "--groups", "arms,legs", "--excitation-s", "4",
+                   "--bridge-args", HIDDEN])
     printed = capsys.readouterr().out
     assert not bridges_on(dds_domain), "the sim bridge was left running"
     assert rc == cli.EXIT_OK, printed
