@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--excitation-s", type=float, default=Plan.excitation_s, help="seconds of excitation per group")
     p.add_argument("--amplitude", type=float, default=Plan.excitation_amplitude, help="peak excitation per joint (rad)")
     p.add_argument("--still-s", type=float, default=Plan.still_s, help="standstill for IMU and joint offsets (s)")
+    p.add_argument("--settle-s", type=float, default=Plan.settle_s, help="hold before the standstill (s)")
     p.add_argument("--latency-edges", type=int, default=Plan.latency_edges)
     p.add_argument("--latency-joint", default=Plan.latency_joint)
     p.add_argument("--seed", type=int, default=0)
@@ -82,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bad:
         print(f"calibrate: error: unknown joint group(s) {bad}; use {sorted(ALL_GROUPS)}", file=sys.stderr)
         return EXIT_PREFLIGHT
-    plan = Plan(groups=groups, still_s=args.still_s, latency_joint=args.latency_joint, latency_edges=args.latency_edges,
+    plan = Plan(groups=groups, still_s=args.still_s, settle_s=args.settle_s, latency_joint=args.latency_joint, latency_edges=args.latency_edges,
                 excitation_s=args.excitation_s, excitation_amplitude=args.amplitude, seed=args.seed)
     if args.robot == "g1":
         if not args.net_if:
@@ -120,11 +121,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             echo(f"calibrate: starting the sim bridge (domain {domain}, {args.net_if}): {' '.join(bridge_args)}")
             bridge_ctx = launch_bridge_process(bridge_args + ["--quiet"], domain=domain, interface=args.net_if)
             try:
-                bridge_ctx.__enter__()
+                bridge = bridge_ctx.__enter__()
             except BridgeLaunchError as e:
                 bridge_ctx = None
                 print(f"calibrate: error: the sim bridge did not start: {e}", file=sys.stderr)
                 return EXIT_PREFLIGHT
+            if args.realtime:  # the bridge stands in for the robot's real-time firmware (as make deploy)
+                from deploy.loop import boost_process
+
+                echo(f"calibrate: sim bridge scheduling: {boost_process(bridge.proc.pid, 5)}")
         from calibration.robot import DDSRobot
 
         try:

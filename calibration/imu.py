@@ -7,8 +7,8 @@ R (world <- IMU):
     accel_bias = mean(acc - R^T [0, 0, g])
     tilt misalignment = angle between mean(acc) and R^T [0, 0, g] (how far the measured gravity
                         direction is from the attitude's)
-Uncertainty: the standard error of each mean, with the sample count reduced by the lag-1
-autocorrelation of the samples (slow sway is not independent noise).
+Uncertainty: the standard error of each mean by batch means (10 consecutive blocks; slow sway
+on the support is not independent noise), at least the white-noise value std / sqrt(n).
 
 Limitation (robot): the G1's IMU computes its quaternion from its own accelerometer, so the
 horizontal accelerometer bias is partly absorbed into that attitude; one pose then measures
@@ -34,7 +34,7 @@ class ImuConfig:
     max_joint_motion: float = 0.01  # rad std of any joint
     max_gravity_error: float = 1.5  # m/s^2: |mean acc| this far from g = not at rest / wrong units
     quat_norm_tol: float = 0.05
-    max_gyro_bias_std: float = 0.001  # rad/s: a bias known worse than this is not worth writing down
+    max_gyro_bias_std: float = 0.002  # rad/s: a bias known worse than this is not worth writing down
     max_accel_bias_std: float = 0.01  # m/s^2
 
 
@@ -74,13 +74,12 @@ def _rotate_to_imu(quat: np.ndarray, v_world: np.ndarray) -> np.ndarray:
     return np.einsum("nij,i->nj", r, v_world)
 
 
-def effective_count(x: np.ndarray) -> float:
-    """Samples / ((1 + rho) / (1 - rho)), rho = lag-1 autocorrelation (per column, the smallest)."""
-    x = x - x.mean(axis=0)
-    den = (x[:-1] ** 2).sum(axis=0)
-    rho = np.where(den > 0, (x[1:] * x[:-1]).sum(axis=0) / np.maximum(den, 1e-30), 0.0)
-    rho = np.clip(rho, 0.0, 0.99)
-    return float(np.min(len(x) * (1 - rho) / (1 + rho)))
+def standard_error(x: np.ndarray, blocks: int = 10) -> np.ndarray:
+    """Standard error of the column means: batch means over `blocks` consecutive blocks, and at
+    least std / sqrt(n) (white noise)."""
+    n = len(x) // blocks * blocks
+    means = x[:n].reshape(blocks, -1, *x.shape[1:]).mean(axis=1)
+    return np.maximum(means.std(axis=0, ddof=1) / np.sqrt(blocks), x.std(axis=0) / np.sqrt(len(x)))
 
 
 def fit_imu(log: RunLog, cfg: ImuConfig = ImuConfig()) -> ImuCalibration:
@@ -106,17 +105,16 @@ def fit_imu(log: RunLog, cfg: ImuConfig = ImuConfig()) -> ImuCalibration:
     gyro_bias = gyro.mean(axis=0)
     d_acc = acc - g_imu
     accel_bias = d_acc.mean(axis=0)
-    n_g, n_a = effective_count(gyro), effective_count(d_acc)
     g_dir = g_imu.mean(axis=0)
     g_dir /= np.linalg.norm(g_dir)
     cosang = float(np.dot(acc_mean / mag, g_dir))
-    gyro_bias_std = g_std / np.sqrt(max(n_g, 1.0))
-    accel_bias_std = d_acc.std(axis=0) / np.sqrt(max(n_a, 1.0))
+    gyro_bias_std = standard_error(gyro)
+    accel_bias_std = standard_error(d_acc)
     if gyro_bias_std.max() > cfg.max_gyro_bias_std or accel_bias_std.max() > cfg.max_accel_bias_std:
         raise CalibrationError(
             f"{what}: log too noisy or too short for a bias: standard error gyro {gyro_bias_std.max():.4f} rad/s "
             f"(limit {cfg.max_gyro_bias_std}), accel {accel_bias_std.max():.4f} m/s^2 (limit {cfg.max_accel_bias_std}) "
-            f"from {log.n_states} samples; record longer (--imu-s) with the robot still")
+            f"from {log.n_states} samples; record longer (--still-s) with the robot still")
     return ImuCalibration(
         gyro_bias=gyro_bias, gyro_bias_std=gyro_bias_std, accel_bias=accel_bias,
         accel_bias_std=accel_bias_std, gravity_imu=g_dir,

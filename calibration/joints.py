@@ -22,7 +22,7 @@ import dataclasses
 import mujoco
 import numpy as np
 
-from calibration.imu import effective_count
+from calibration.imu import standard_error
 from calibration.runlog import CalibrationError, RunLog
 from calibration.sysid import ReplayModel, _mean_quat, joint_params
 from robots import g1
@@ -103,7 +103,7 @@ def check_joints(log: RunLog, target: np.ndarray, replay: ReplayModel | None = N
     if motion.max() > cfg.max_motion:
         j = int(np.argmax(motion))
         raise CalibrationError(f"{what}: the robot has not settled ({g1.JOINT_NAMES[j]} moves {motion[j]:.4f} rad std "
-                               f"> {cfg.max_motion}); hold longer (--hold-s) with the robot hanging still")
+                               f"> {cfg.max_motion}); hold longer (--still-s, --settle-s) with the robot hanging still")
     kp = log.cmds["kp"][-1]
     replay = replay or ReplayModel(log.meta.get("mjcf"))
     pelvis, _ = replay.pelvis_attitude(_mean_quat(log.states["quat"][win])[None], np.zeros((1, 3)))
@@ -111,7 +111,7 @@ def check_joints(log: RunLog, target: np.ndarray, replay: ReplayModel | None = N
     pred = equilibrium(replay, np.asarray(target, float), kp, pelvis[0], jp)
     meas = q.mean(axis=0)
     resid = meas - pred
-    sem = motion / np.sqrt(max(effective_count(q), 1.0))
+    sem = standard_error(q)
     fl = replay.variant(jp).dof_frictionloss[replay.dadr]
     tol = cfg.tolerance + fl / np.maximum(kp * jp["kp_scale"], 1e-9) + 3 * sem
     flagged = tuple(g1.JOINT_NAMES[j] for j in np.flatnonzero(np.abs(resid) > tol))

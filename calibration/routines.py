@@ -45,7 +45,7 @@ class Plan:
     groups: tuple[str, ...] = ("legs", "waist", "arms")
     stand_s: float = 1.5
     settle_s: float = 1.5
-    still_s: float = 2.0
+    still_s: float = 3.0
     latency_joint: str = "left_ankle_pitch_joint"
     latency_edges: int = 16
     excitation_s: float = 6.0

@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-root", default=None, help="where runs/deploy/<stamp>/ goes")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--quiet", action="store_true", help="print only the summary path")
+    p.add_argument("--calibration", default=None,
+                   help="calibration YAML or robot id (calibration/<id>.yaml): IMU biases for the estimator")
     return p
 
 
@@ -109,6 +111,14 @@ def main(argv=None) -> int:
 
         art = check_artifact(policy_dir)
         check_interface(args.net_if)
+        estimator_cfg = None
+        if args.calibration:  # calibration consumer: IMU biases (calibration.store); fails before anything starts
+            from calibration.store import CalibrationFileError, estimator_config
+
+            try:
+                estimator_cfg = estimator_config(args.calibration)
+            except (CalibrationFileError, ValueError) as e:
+                raise PreflightError(f"calibration rejected: {e}") from e
         if args.robot == "g1":
             confirm_real_robot(args)
     except PreflightError as e:
@@ -127,6 +137,7 @@ def main(argv=None) -> int:
         auto=args.auto, stand_up_s=args.stand_up_s, state_timeout_s=args.state_timeout, max_run_s=args.max_run_s,
         exit_on_damping=args.auto, run_root=args.run_root, plot=not args.no_plot,
         ground_truth=args.robot == "sim",
+        **({"estimator": estimator_cfg} if estimator_cfg is not None else {}),
     )
     holder = {}
 

@@ -75,7 +75,7 @@ def test_imu_refuses_bad_logs(case, match):
     elif case == "short":
         log = imu_log(n=150)
     elif case == "noisy":
-        log = imu_log(n=600, gyro_noise=0.04, accel_noise=0.4)
+        log = imu_log(n=600, gyro_noise=0.04, accel_noise=0.45)
     elif case == "quat":
         log = imu_log()
         log.states["quat"] *= 1.5
@@ -341,3 +341,12 @@ def test_cli_refuses_bad_arguments_before_commanding(capsys):
     assert cli.main(["--robot", "g1"]) == cli.EXIT_PREFLIGHT
     err = capsys.readouterr().err
     assert "unknown joint group" in err and "NET_IF" in err
+
+
+def test_deploy_refuses_a_bad_calibration_before_starting(tmp_path, capsys):
+    from deploy import cli as deploy_cli
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("schema_version: 1\nrobot: g1_29dof_rev1\nimu: {gyro_bias: [0.1, 0.2]}\n")
+    assert deploy_cli.main(["--robot", "sim", "--no-bridge", "--calibration", str(bad)]) == deploy_cli.EXIT_PREFLIGHT
+    assert "calibration rejected" in capsys.readouterr().err
