@@ -30,7 +30,7 @@ from calibration.latency import LatencyConfig, estimate_latency
 from calibration.runlog import CalibrationError, RunLog
 from calibration.session import Session, SessionConfig
 from calibration.store import centre_from_fits
-from calibration.sysid import ActuatorParams, FitConfig, ReplayModel, fit_group, joint_params
+from calibration.sysid import ActuatorParams, FitConfig, ReplayModel, fit_group
 from robots import g1
 
 # legs excited as mirror images: right = MIRROR * left offsets (hip pitch/knee/ankle pitch in
@@ -181,4 +181,4 @@ def analyse(logs: dict[str, RunLog], plan: Plan, out_dir: Path | None, echo: Cal
     return res
 
 
-__all__ = ["Plan", "record", "analyse", "Analysis", "excitation_for", "joint_params"]
+__all__ = ["Plan", "record", "analyse", "Analysis", "excitation_for"]
