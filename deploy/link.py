@@ -3,17 +3,18 @@ receive time, and a LowCmd writer (CRC filled, mode_machine copied from LowState
 motor mode 1 on the 29 motors).
 
 DDS is initialised through unitree_sdk2py (`deploy.protocol.init_dds`, the process-wide
-ChannelFactory) with the SDK's IDL types. Reading and writing use cyclonedds entities on the same
-domain directly so the wire bytes can be handled without cyclonedds' Python (de)serializer: a
-LowState_ is ~2 kB with 35 nested structs and costs ~0.5 ms to deserialize in Python, too much
-to do 500 times a second beside the control loop. `protocol.lowstate_record_from_cdr` and
-`protocol.lowcmd_wire_sample` are byte-exact with the SDK's encoding (tested by the bridge).
+ChannelFactory) with the SDK's IDL types. Reading and writing use cyclonedds entities on that
+factory's participant (`protocol.dds_participant()`: one participant per process) directly so the
+wire bytes can be handled without cyclonedds' Python (de)serializer: a LowState_ is ~2 kB with 35
+nested structs and costs ~0.5 ms to deserialize in Python, too much to do 500 times a second beside
+the control loop. `protocol.lowstate_record_from_cdr` and `protocol.lowcmd_wire_sample` are
+byte-exact with the SDK's encoding (tested by the bridge). Entities are deleted explicitly with
+`protocol.delete_entity` (listener detached first), never left to the garbage collector.
 """
 from __future__ import annotations
 
 import threading
 import time
-import zlib
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -23,37 +24,10 @@ from robots import g1
 from safety import Command
 
 
-# ----------------------------------------------------------------------------- fast CRC / codec
-# protocol.struct_crc feeds unitree's bitwise C CRC through ctypes: ~100 us for a LowState, twice
-# per 2 ms tick here. CRC-32/MPEG-2 is the bit-mirror of zlib's reflected CRC-32, so zlib (table
-# driven C) computes the same value in ~10 us: mpeg2(d) = rev32(~crc32(rev8(d))) with the same
-# initial register. tests/test_deploy_units.py checks it against protocol.struct_crc.
-_REV8 = bytes(int(f"{i:08b}"[::-1], 2) for i in range(256))
-
-
-def fast_struct_crc(record: np.ndarray) -> int:
-    """Same value as protocol.struct_crc (CRC over all 32-bit words but the trailing crc)."""
-    data = np.frombuffer(record.tobytes(), dtype="<u4")[:-1].byteswap().tobytes()
-    r = zlib.crc32(data.translate(_REV8)) ^ 0xFFFFFFFF
-    return int.from_bytes(r.to_bytes(4, "little").translate(_REV8), "big")
-
-
 def parse_lowstate(payload: bytes) -> protocol.LowStateArrays:
-    """protocol.lowstate_arrays(protocol.lowstate_record_from_cdr(payload)) with the fast CRC."""
-    rec = protocol.lowstate_record_from_cdr(payload)
-    n = g1.NUM_MOTORS
-    ms = rec["motor_state"]
-    imu = rec["imu_state"]
-    remote = rec["wireless_remote"].tobytes()
-    crc = int(rec["crc"])
-    return protocol.LowStateArrays(
-        tick=int(rec["tick"]), mode_machine=int(rec["mode_machine"]), mode_pr=int(rec["mode_pr"]),
-        q=ms["q"][:n].astype(np.float64), dq=ms["dq"][:n].astype(np.float64),
-        ddq=ms["ddq"][:n].astype(np.float64), tau_est=ms["tau_est"][:n].astype(np.float64),
-        quat=imu["quaternion"].astype(np.float64), gyro=imu["gyroscope"].astype(np.float64),
-        acc=imu["accelerometer"].astype(np.float64), rpy=imu["rpy"].astype(np.float64),
-        remote=protocol.decode_remote(remote), remote_bytes=remote, crc=crc, crc_ok=fast_struct_crc(rec) == crc,
-    )
+    """A raw rt/lowstate payload (XCDR1) as arrays; `crc_ok` tells whether its CRC holds.
+    Raises ValueError for a payload that is no LowState_."""
+    return protocol.lowstate_arrays(protocol.lowstate_record_from_cdr(payload))
 
 
 class LowCmdBuilder:
@@ -69,7 +43,7 @@ class LowCmdBuilder:
         mc = self._mc
         mc["q"][:n], mc["dq"][:n], mc["tau"][:n], mc["kp"][:n], mc["kd"][:n] = cmd.q, cmd.dq, cmd.tau, cmd.kp, cmd.kd
         self.rec["mode_machine"] = mode_machine
-        self.rec["crc"] = fast_struct_crc(self.rec)
+        self.rec["crc"] = protocol.struct_crc(self.rec)
         return self.rec
 
 
@@ -83,23 +57,11 @@ class StateSample(NamedTuple):
     seq: int  # count of accepted samples so far (changes when a new sample arrives)
 
 
-def _take_raw(reader: Any, n: int = 32) -> list[bytes]:
-    """Raw XCDR payloads of up to n valid samples (no Python deserialization)."""
-    from cyclonedds._clayer import ddspy_take
-    from cyclonedds.core import InstanceState, SampleState, ViewState
-
-    ret = ddspy_take(reader._ref, SampleState.Any | ViewState.Any | InstanceState.Any, n)
-    if isinstance(ret, int):
-        return []
-    return [data for data, info in ret if info.valid_data]
-
-
 class Link:
     """One per process. `latest()` is safe to call from the control thread at any rate."""
 
     def __init__(self, domain: int, interface: str | None) -> None:
         from cyclonedds.core import Listener
-        from cyclonedds.domain import DomainParticipant
         from cyclonedds.qos import Policy, Qos
         from cyclonedds.sub import DataReader
         from cyclonedds.topic import Topic
@@ -107,9 +69,9 @@ class Link:
 
         protocol.init_dds(domain, interface)  # raises DDSInitError with the fix (interface list, ...)
         self.domain, self.interface = domain, interface
-        self.participant = DomainParticipant(domain)
-        self._state_topic = Topic(self.participant, protocol.TOPIC_LOWSTATE, LowState_)
-        self._cmd_topic = Topic(self.participant, protocol.TOPIC_LOWCMD, LowCmd_)
+        self.participant = protocol.dds_participant()
+        self._state_topic = self._cmd_topic = None
+        self._writer = self._reader = self._cmd_reader = None
         self._lock = threading.Lock()
         self._raw: bytes | None = None
         self._rx_time = 0.0
@@ -117,21 +79,25 @@ class Link:
         self.crc_errors = 0
         self.parse_errors = 0
         self._parsed: StateSample | None = None
-        self._writer = None
         self._builder = LowCmdBuilder()
-        self._cmd_reader = None
         self._cmd_seen = 0
-        qos = Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(1))
-        self._reader = DataReader(self.participant, self._state_topic, qos,
-                                  Listener(on_data_available=self._on_state))
-        # A reader on rt/lowcmd to find other publishers (pre-flight); created now so discovery
-        # has run by the time the check looks.
-        self._cmd_reader = DataReader(self.participant, self._cmd_topic, qos,
-                                      Listener(on_data_available=self._on_foreign_cmd))
+        try:
+            self._state_topic = Topic(self.participant, protocol.TOPIC_LOWSTATE, LowState_)
+            self._cmd_topic = Topic(self.participant, protocol.TOPIC_LOWCMD, LowCmd_)
+            qos = Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(1))
+            self._reader = DataReader(self.participant, self._state_topic, qos,
+                                      Listener(on_data_available=self._on_state))
+            # A reader on rt/lowcmd to find other publishers (pre-flight); created now so discovery
+            # has run by the time the check looks.
+            self._cmd_reader = DataReader(self.participant, self._cmd_topic, qos,
+                                          Listener(on_data_available=self._on_foreign_cmd))
+        except BaseException:
+            self.close()
+            raise
 
     # ------------------------------------------------------------------ LowState
     def _on_state(self, reader: Any) -> None:
-        payloads = _take_raw(reader)
+        payloads = protocol.take_raw_payloads(reader, 32)
         if not payloads:
             return
         now = time.monotonic()
@@ -176,7 +142,7 @@ class Link:
 
     # ------------------------------------------------------------------ rt/lowcmd publishers
     def _on_foreign_cmd(self, reader: Any) -> None:
-        self._cmd_seen += len(_take_raw(reader))
+        self._cmd_seen += len(protocol.take_raw_payloads(reader, 32))
 
     def other_lowcmd_publishers(self, listen_s: float = 0.3) -> tuple[int, int]:
         """(matched writers on rt/lowcmd other than ours, LowCmd samples heard in listen_s)."""
@@ -192,7 +158,7 @@ class Link:
         """After pre-flight: the rt/lowcmd reader would only hear our own commands."""
         r, self._cmd_reader = self._cmd_reader, None
         if r is not None:
-            r.__del__()
+            protocol.delete_entity(r)
 
     # ------------------------------------------------------------------ LowCmd
     def open_writer(self) -> None:
@@ -214,44 +180,59 @@ class Link:
         return time.monotonic()
 
     def close(self) -> None:
-        for name in ("_writer", "_reader", "_cmd_reader"):
-            ent = getattr(self, name, None)
-            setattr(self, name, None)
-            if ent is not None:
-                try:
-                    ent.__del__()  # delete the DDS entity now, not at garbage collection
-                except Exception:  # noqa: BLE001 - best effort at shutdown
-                    pass
+        """Delete the writer and readers, then the topics, now (not at garbage collection, which
+        may run in a DDS listener thread); the process's participant stays. Idempotent."""
+        _delete_all(self, ("_writer", "_reader", "_cmd_reader", "_state_topic", "_cmd_topic"))
+
+
+def _delete_all(owner: Any, names: tuple[str, ...]) -> None:
+    """protocol.delete_entity on owner's attributes `names` (in order), each set to None first."""
+    for name in names:
+        ent = getattr(owner, name, None)
+        setattr(owner, name, None)
+        if ent is not None:
+            try:
+                protocol.delete_entity(ent)
+            except Exception:  # noqa: BLE001 - best effort at shutdown
+                pass
 
 
 class LowCmdObserver:
     """Listens on rt/lowcmd (tests and benchmarks use it to prove what did or did not leave a loop):
     keeps recent commands and, cheaply, every change of command kind (position / damping / zero).
-    Needs DDS initialised in this process (protocol.init_dds) on the loop's domain."""
+    Needs DDS initialised in this process (protocol.init_dds) on the loop's domain; its reader is
+    on the process's participant (protocol.dds_participant)."""
 
     def __init__(self, domain: int, keep: int = 50000) -> None:
         import collections
 
         from cyclonedds.core import Listener
-        from cyclonedds.domain import DomainParticipant
         from cyclonedds.qos import Policy, Qos
         from cyclonedds.sub import DataReader
         from cyclonedds.topic import Topic
         from cyclonedds.util import duration
         from unitree_sdk2py.idl.unitree_hg.msg.dds_ import LowCmd_
 
-        self.participant = DomainParticipant(domain)
-        topic = Topic(self.participant, protocol.TOPIC_LOWCMD, LowCmd_)
+        self.participant = protocol.dds_participant()
+        if int(self.participant.domain_id) != domain:
+            raise LinkError(f"LowCmdObserver on domain {domain}, but DDS is initialised in this process on "
+                            f"domain {self.participant.domain_id} (one domain per process)")
         self._lock = threading.Lock()
         self.samples: collections.deque = collections.deque(maxlen=keep)  # (rx_time, record)
         self.changes: list[tuple[float, str]] = []  # (rx_time, kind) whenever the kind changes
         self.count = 0
-        qos = Qos(Policy.Reliability.Reliable(duration(seconds=1)), Policy.History.KeepLast(64))
-        self.reader = DataReader(self.participant, topic, qos, Listener(on_data_available=self._on))
+        self.reader = None
+        self._topic = Topic(self.participant, protocol.TOPIC_LOWCMD, LowCmd_)
+        try:
+            qos = Qos(Policy.Reliability.Reliable(duration(seconds=1)), Policy.History.KeepLast(64))
+            self.reader = DataReader(self.participant, self._topic, qos, Listener(on_data_available=self._on))
+        except BaseException:
+            self.close()
+            raise
 
     def _on(self, reader: Any) -> None:
         now = time.monotonic()
-        for raw in _take_raw(reader, 64):
+        for raw in protocol.take_raw_payloads(reader, 64):
             try:
                 rec = protocol.lowcmd_record_from_cdr(raw)
             except ValueError:
@@ -278,9 +259,8 @@ class LowCmdObserver:
         return None
 
     def close(self) -> None:
-        r, self.reader = self.reader, None
-        if r is not None:
-            r.__del__()
+        """Delete the reader, then its topic, now (see Link.close). Idempotent."""
+        _delete_all(self, ("reader", "_topic"))
 
 
 def record_kind(rec: np.ndarray) -> str:

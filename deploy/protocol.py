@@ -119,8 +119,8 @@ def crc32_words(words: np.ndarray) -> int:
 
 def struct_crc(record: np.ndarray) -> int:
     """CRC of a LOWCMD_DTYPE / LOWSTATE_DTYPE record: all words but the trailing crc."""
-    words = np.frombuffer(record.tobytes(), dtype="<u4")
-    return crc32_words(words[:-1])
+    words = np.frombuffer(record.tobytes(), dtype="<u4")[:-1]
+    return crc32_mpeg2_fast(words.byteswap().tobytes())  # = crc32_words(words), one copy fewer
 
 
 # ----------------------------------------------------------------------------- remote

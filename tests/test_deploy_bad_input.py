@@ -120,21 +120,23 @@ def test_unknown_motion_lists_available(bridge, dds_domain, observer, tmp_path):
 @pytest.mark.dds
 def test_other_lowcmd_publisher_refused(bridge, dds_domain, observer, tmp_path):
     """Someone else (the locomotion service, another deploy) owns rt/lowcmd: pre-flight refuses."""
-    from cyclonedds.domain import DomainParticipant
     from cyclonedds.pub import DataWriter
     from cyclonedds.topic import Topic
     from unitree_sdk2py.idl.unitree_hg.msg.dds_ import LowCmd_
 
-    dp = DomainParticipant(dds_domain)
-    w = DataWriter(dp, Topic(dp, "rt/lowcmd", LowCmd_))  # matched, silent
+    from deploy import protocol
+
+    dp = protocol.dds_participant()  # the test process's one participant (dds_domain)
+    topic = Topic(dp, "rt/lowcmd", LowCmd_)
+    w = DataWriter(dp, topic)  # matched, silent
     try:
         t0 = time.monotonic()
         r = run_cli("--robot", "sim", "--no-bridge", "--domain", dds_domain, "--run-root", tmp_path)
         assert_refused(r, observer, "another process publishes rt/lowcmd (1 matched writers", "L2+R2",
                        "release the locomotion service", since=t0)
     finally:
-        w.__del__()
-        del dp
+        protocol.delete_entity(w)
+        protocol.delete_entity(topic)
 
 
 # ---------------------------------------------------------------------- no DDS needed
