@@ -21,3 +21,68 @@ def dds_domain():
     domain = int(os.environ.get("G1_TEST_DDS_DOMAIN", 100 + os.getpid() % 120))
     protocol.init_dds(domain, protocol.SIM_INTERFACE)
     return domain
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_deploy_processes():
+    """A deploy CLI a test started in the background (tests/test_deploy_support.start_cli) does not
+    outlive the test, even when the test fails before waiting for it."""
+    yield
+    import sys
+
+    support = sys.modules.get("tests.test_deploy_support")
+    if support is not None:
+        support.kill_started_clis()
+
+
+def _child_processes(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the live child processes of `pid` (Linux /proc; [] elsewhere)."""
+    out = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for e in entries:
+        if not e.isdigit():
+            continue
+        try:
+            with open(f"/proc/{e}/stat") as f:
+                stat = f.read()
+            if int(stat.rsplit(")", 1)[1].split()[1]) != pid or stat.rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            with open(f"/proc/{e}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, ValueError, IndexError):
+            continue
+        out.append((int(e), cmd))
+    return out
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Safety net: no sim bridge or deploy process started by this run survives it. Any left is
+    a fixture bug: it is reported and stopped (SIGTERM, then SIGKILL)."""
+    import signal
+    import time
+
+    left = [(pid, cmd) for pid, cmd in _child_processes(os.getpid()) if "deploy." in cmd]
+    if not left:
+        return
+    for pid, _ in left:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    time.sleep(1.0)
+    for pid, _ in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    msg = "processes left running by the tests (stopped now): " + "; ".join(f"{p} {c}" for p, c in left)
+    if tr is not None:
+        tr.ensure_newline()
+        tr.write_line(msg, red=True)
+    else:
+        print(msg)

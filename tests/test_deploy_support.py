@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
+from deploy.sim_bridge import _die_with_parent
 from policies import artifact as A
 from policies.action import ACTION_SCALE
 from policies.observation import MOTION_OBS_TERMS, obs_size, term_specs
@@ -40,12 +41,34 @@ def cli_cmd(*args) -> list[str]:
 
 def run_cli(*args, timeout: float = 120.0) -> subprocess.CompletedProcess:
     return subprocess.run(cli_cmd(*args), capture_output=True, text=True, timeout=timeout, env=cli_env(),
-                          cwd=str(REPO), stdin=subprocess.DEVNULL)
+                          cwd=str(REPO), stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+
+
+_STARTED: list[subprocess.Popen] = []
 
 
 def start_cli(*args) -> subprocess.Popen:
-    return subprocess.Popen(cli_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=cli_env(), cwd=str(REPO), stdin=subprocess.DEVNULL)
+    """The deploy CLI in the background; killed after the test if still running (tests/conftest.py
+    calls kill_started_clis), and with the test process if that dies (PR_SET_PDEATHSIG)."""
+    proc = subprocess.Popen(cli_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=cli_env(), cwd=str(REPO), stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+    _STARTED.append(proc)
+    return proc
+
+
+def kill_started_clis() -> list[int]:
+    """Kill the start_cli processes still running (a test failed before finish()); their pids."""
+    killed = []
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            killed.append(proc.pid)
+        try:
+            proc.communicate(timeout=10)
+        except (subprocess.TimeoutExpired, ValueError):
+            pass
+    return killed
 
 
 def summary_of(stdout: str) -> dict:
