@@ -1145,14 +1145,25 @@ class BridgeProcess:
         return self.proc.returncode
 
 
-def _die_with_parent() -> None:
-    """In the child: SIGTERM when the launching process dies (Linux), so a killed test run
-    leaves no bridge behind holding its DDS domain."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+def _resolve_prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
 
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    return ctypes.CDLL(None).prctl
+
+
+# Looked up here, in the parent: the preexec_fn below runs in a forked copy of a multithreaded
+# process (DDS, JAX threads), where an import or dlopen could wait on a lock another thread held.
+_PRCTL = _resolve_prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child (Popen preexec_fn): SIGTERM when the launching thread's process dies (Linux),
+    so a killed test run leaves no bridge behind holding its DDS domain. One foreign call."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
 @contextmanager
