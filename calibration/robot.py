@@ -136,13 +136,7 @@ class InProcessBridge:
     def send(self, cmd: Command) -> float:
         rec = self._builder.build(cmd, self.mode_machine)
         payload = protocol.lowcmd_cdr(rec)
-        b, n = self.bridge, self.cfg.steps_per_cmd
-        out = []
-        with b.lock:
-            b._pump_commands([payload])
-            for i in range(n):
-                out.append(b._advance(publish_state=i == n - 1, drain_inbox=False))
-        for states, _gt in out:
+        for states, _gt in self.bridge.lockstep_command(payload):
             for p in states:
                 self._queue.append(_state_of(parse_lowstate(p), time.monotonic()))
         self.commands_sent += 1

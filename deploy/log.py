@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from policies.observation import upright_cos
+
 RUNS_DIR = Path(__file__).resolve().parent.parent / "runs" / "deploy"
 
 
@@ -99,8 +101,8 @@ def plot_run(path: Path, ticks: Columns, state_names: list[str], joint_idx=(0, 3
     axes[2].plot(t, ticks["cmd_kd"][:, 3], label="kd knee")
     axes[2].legend(fontsize=7, loc="upper left")
     axes[2].set_ylabel("gains")
-    quat = ticks["quat"]  # pelvis tilt from the IMU quaternion (w, x, y, z)
-    cz = 1.0 - 2.0 * (quat[:, 1] ** 2 + quat[:, 2] ** 2) / np.maximum((quat ** 2).sum(axis=1), 1e-12)
+    with np.errstate(invalid="ignore", divide="ignore"):  # a zero or NaN quaternion: a gap in the plot
+        cz = upright_cos(np.asarray(ticks["quat"], dtype=float))  # pelvis tilt from the IMU quaternion
     tw = axes[2].twinx()
     tw.plot(t, np.degrees(np.arccos(np.clip(cz, -1, 1))), color="k", lw=0.8, label="pelvis tilt")
     tw.set_ylabel("tilt (deg)")

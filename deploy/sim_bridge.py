@@ -758,6 +758,15 @@ class SimBridge:
             remote=self._remote.encode(),
         )
 
+    def lockstep_command(self, msg: Any) -> list[tuple[list[bytes], Any]]:
+        """Lockstep for one received LowCmd_ (raw payload or object; rejected ones count too):
+        `steps_per_cmd` physics steps, a LowState after the last. Takes the lock; returns what each
+        step left to publish ([(LowState payloads, ground truth or None)]), published by the caller."""
+        n = self.cfg.steps_per_cmd
+        with self.lock:
+            self._pump_commands([msg])
+            return [self._advance(publish_state=i == n - 1, drain_inbox=False) for i in range(n)]
+
     def _advance(self, publish_state: bool, drain_inbox: bool = True) -> tuple[list[bytes], Any]:
         """One physics step (lock held by the caller); returns what to publish after it."""
         sim = self.sim
@@ -882,13 +891,7 @@ class SimBridge:
                     self._publish_status()
                     next_status = time.perf_counter() + self.cfg.status_period
                     continue
-            msg = self._cmd_inbox.popleft()
-            n = self.cfg.steps_per_cmd
-            out = []
-            with self.lock:
-                self._pump_commands([msg])
-                for i in range(n):
-                    out.append(self._advance(publish_state=i == n - 1, drain_inbox=False))
+            out = self.lockstep_command(self._cmd_inbox.popleft())
             for states, gt in out:
                 self._publish(states, gt)
             now = time.perf_counter()

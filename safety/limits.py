@@ -18,10 +18,12 @@ Non-finite proposals or states are not repaired: `check_command` returns a Trip 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import NamedTuple
 
 import numpy as np
 
+from policies.observation import upright_cos
 from robots import g1
 
 # Soft joint limits: 5 % of each joint's range inside the hard limits, at most 0.1 rad.
@@ -145,13 +147,11 @@ def safe_target(proposed: np.ndarray, q: np.ndarray, dq: np.ndarray, prev: np.nd
 
 def tilt_angle(quat: np.ndarray) -> float:
     """Angle (rad) between the pelvis z axis and the world vertical, from the w,x,y,z quaternion."""
-    w, x, y, z = (float(v) for v in quat)
-    n2 = w * w + x * x + y * y + z * z
+    quat = np.asarray(quat, dtype=float)
+    n2 = float(quat @ quat)
     if not np.isfinite(n2) or n2 < 1e-12:
         return float("nan")
-    # z component of the body z axis in the world: 1 - 2 (x^2 + y^2) for a unit quaternion
-    cz = 1.0 - 2.0 * (x * x + y * y) / n2
-    return float(np.arccos(np.clip(cz, -1.0, 1.0)))
+    return math.acos(min(1.0, max(-1.0, float(upright_cos(quat)))))  # 500 Hz: no np.clip on a scalar
 
 
 def check_command(q: np.ndarray, dq: np.ndarray, quat: np.ndarray, proposed: np.ndarray | None,

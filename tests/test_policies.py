@@ -8,7 +8,7 @@ import yaml
 
 from policies import artifact as A
 from policies.observation import (MOTION_OBS_TERMS, ObsInputs, build_observation, projected_gravity,
-                                  quat_rotate_inverse, reference_window, term_specs)
+                                  quat_rotate_inverse, reference_window, term_specs, upright_cos)
 from policies.stand import write_stand_artifact
 from robots import g1
 
@@ -40,6 +40,13 @@ def test_projected_gravity_hand_computed():
     qx = np.array([s, s, 0, 0])
     R = np.array([[1, 0, 0], [0, 0, -1], [0, 1, 0]])  # rotation of +90 deg about x
     np.testing.assert_allclose(quat_rotate_inverse(qx, np.array([0.0, 0, -1])), R.T @ [0, 0, -1], atol=1e-12)
+
+
+def test_upright_cos_is_minus_projected_gravity_z():
+    q = np.random.default_rng(1).normal(size=(200, 4))
+    unit = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    np.testing.assert_allclose(upright_cos(q), -projected_gravity(unit)[:, 2], atol=1e-12)  # any norm
+    assert upright_cos(np.array([1.0, 0, 0, 0])) == 1.0
 
 
 def test_observation_layout_and_scales():
