@@ -198,8 +198,11 @@ class SHAC:
         """Cast the state to exactly the dtypes/weak types `iterate` returns, so the second
         iteration reuses the first compile (a weak-typed leaf would trigger a full recompile)."""
         out = jax.eval_shape(self._iterate, ts)[0]
-        return jax.tree.map(lambda x, s: jax.lax.convert_element_type(jnp.asarray(x), s.dtype)
-                            if getattr(x, "weak_type", False) != s.weak_type or x.dtype != s.dtype else x, ts, out)
+        ts = jax.tree.map(lambda x, s: jax.lax.convert_element_type(jnp.asarray(x), s.dtype)
+                          if getattr(x, "weak_type", False) != s.weak_type or x.dtype != s.dtype else x, ts, out)
+        if self.sharding is None:  # outputs come back committed to the device: make the inputs so too
+            ts = jax.device_put(ts, jax.devices()[0])
+        return ts
 
     def _iterate(self, ts: TrainState):
         cfg = self.cfg
