@@ -13,7 +13,7 @@ train/rollout.py):
 - Trigger (the published one): at control step t, an env is stiff if any of its foot spheres
   carried a normal force above tau in the last control step's substeps (the state's
   `contact_force`, `train.env.stiff_contact`); the feet to perturb are the stiff feet.
-- Contact-local cost under vmap: K = min(max_bundled_envs, N) bundle SLOTS of B branches
+- Contact-local cost under vmap: K = `num_slots(cfg, N)` bundle SLOTS of B branches
   each. Every step, free slots take the not-yet-bundled stiff envs with the highest peak
   force (top-k); the N nominal envs and the K*B branches are stepped together in ONE vmapped
   env step (N + K*B env-steps instead of N; one step body in the compiled graph). A slot runs
@@ -51,7 +51,9 @@ class BCGConfig:
     sigma_v: float = 0.02  # m/s, foot velocity offset std
     tau: float = 400.0  # N, per-sphere normal force that triggers a bundle
     damping: float = 1e-4  # J^+ damping (m^2)
-    max_bundled_envs: int = 8  # K, per-chunk budget of bundled envs (clipped to the batch)
+    # K bundle slots; None: round(N / B) (at least 1), so the K*B branches cost about as much
+    # as the N nominal envs (~2x the plain env-steps); an int is clipped to the batch N.
+    max_bundled_envs: int | None = None
 
     def replace(self, **kw) -> "BCGConfig":
         return dataclasses.replace(self, **kw)
@@ -156,7 +158,8 @@ class Slots(NamedTuple):
 
 
 def num_slots(cfg: BCGConfig, num_envs: int) -> int:
-    return max(0, min(cfg.max_bundled_envs, num_envs))
+    k = max(1, round(num_envs / cfg.branches)) if cfg.max_bundled_envs is None else cfg.max_bundled_envs
+    return max(0, min(k, num_envs))
 
 
 def init_slots(env: G1Env, state: EnvState, cfg: BCGConfig) -> Slots:

@@ -111,7 +111,10 @@ def stiff_contact(contact_force: jax.Array, sphere_foot: np.ndarray, tau: float 
 class G1Env:
     action_size = g1.NUM_MOTORS
 
-    def __init__(self, cfg: EnvConfig = EnvConfig(), motion: Motion | None = None):
+    def __init__(self, cfg: EnvConfig = EnvConfig(), motion: Motion | None = None,
+                 mj_model: mujoco.MjModel | None = None):
+        """`mj_model`: optional prebuilt training model (e.g. with calibrated or test-modified
+        parameters) instead of building it from cfg; it must be the feet-only G1 of robots/model.py."""
         if motion is None:
             raise ValueError("G1Env needs a motion (train/motions.py), e.g. motions.load('jump')")
         self.cfg = cfg
@@ -142,7 +145,7 @@ class G1Env:
         self.timeconst = M.contact_timeconst(cfg.stiffness)
         mcfg = M.TrainModelConfig(stiffness=self.timeconst, timestep=cfg.physics_dt,
                                   foot_friction=cfg.foot_friction, mjcf=cfg.mjcf)
-        self.mj_model = m = M.build_training_model(mcfg)
+        self.mj_model = m = M.build_training_model(mcfg) if mj_model is None else mj_model
         self.mx = mjx.put_model(m)
         self.qadr = M.motor_qpos_adr(m)
         self.dadr = M.motor_dof_adr(m)
@@ -167,7 +170,9 @@ class G1Env:
         d.qpos[2] -= bottom.min()
         mujoco.mj_forward(m, d)
         self.init_qpos = d.qpos.copy()
-        self.init_data = mjx.put_data(m, d)
+        # integer leaves in jax's default int type (int64 under jax_enable_x64, as mjx.step returns them)
+        self.init_data = jax.tree.map(
+            lambda x: x.astype(jnp.asarray(0).dtype) if jnp.issubdtype(x.dtype, jnp.integer) else x, mjx.put_data(m, d))
         foot_of_body = {int(b): i for i, b in enumerate(self.foot_body)}
         self.sphere_foot = np.array([foot_of_body[int(m.geom_bodyid[g])] for g in self.sphere_geoms])
         self.contact_geoms = np.concatenate([[floor], self.sphere_geoms])
