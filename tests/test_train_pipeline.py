@@ -1,0 +1,94 @@
+"""The whole pipeline: make train (a few iterations) -> export -> deploy's runner; and the
+observation contract between the MJX env and the deploy loop."""
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from deploy.policy_runner import PolicyRunner
+from policies import artifact as A
+from policies.observation import quat_rotate_inverse
+from train import domain_rand as DR
+from train.cli import TrainingDiverged, train
+from train.env import EnvConfig, G1Env
+from train.motions import MotionError, load_motion
+
+# Compiling the SHAC iteration dominates (minutes on 2 cores), not the 2 iterations.
+pytestmark = pytest.mark.timeout(2400)
+
+TINY = {"shac": {"num_envs": 2, "horizon": 2, "critic_hidden": (16,), "critic_iterations": 2,
+                 "critic_minibatches": 2},
+        "actor": {"hidden": (16,)}}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    out = root / "artifact"
+    run = train("jump", "shac", "cpu", seed=0, iterations=2, run_root=root, export_dir=str(out),
+                checkpoint_every=1, overrides=TINY, progress=False)
+    return run, out
+
+
+def test_pipeline_train_export_run_in_deploy_runner(trained):
+    run, out = trained
+    for f in ("config.yaml", "metrics.csv", "curves.png", "checkpoints/latest.npz"):
+        assert (run / f).is_file(), f
+    lines = (run / "metrics.csv").read_text().strip().splitlines()
+    assert len(lines) == 3  # header + 2 iterations
+    art = A.load_artifact(out)
+    assert art.spec.motion.name == "jump" and art.spec.provenance["iterations"] == 2
+    assert art.spec.provenance["algorithm"] == "shac"
+    runner = PolicyRunner(art)
+    o = runner.step(0, q=np.asarray(art.spec.default_joint_pos), dq=np.zeros(29), gyro=np.zeros(3),
+                    quat=np.array([1.0, 0, 0, 0]), base_lin_vel=np.zeros(3), base_height=0.78)
+    assert np.all(np.isfinite(o.action)) and o.target.shape == (29,)
+    # residual on reference: a barely trained actor still commands close to the reference target
+    assert np.max(np.abs(o.target - art.ref_q[1])) < 0.2
+
+
+def test_resume_continues_from_checkpoint(trained):
+    run, out = trained
+    train("jump", "shac", "cpu", seed=0, iterations=3, resume=str(run), export_dir=str(out), overrides=TINY,
+          progress=False)
+    lines = (run / "metrics.csv").read_text().strip().splitlines()
+    assert len(lines) == 4 and lines[-1].split(",")[lines[0].split(",").index("iteration")] == "3"
+
+
+def test_env_and_deploy_build_the_same_observation():
+    """Contract: the MJX env's observation == deploy's PolicyRunner.observe on the same robot state."""
+    motion = load_motion("jump")
+    env = G1Env(EnvConfig(domain_rand=DR.DomainRandConfig.off(), obs_noise=0.0), motion)
+    step = jax.jit(env.step)
+    s = env.reset(jax.random.PRNGKey(0))
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        s = step(s, jnp.asarray(rng.normal(0, 0.3, 29), jnp.float32))
+    art = A.load_artifact(A.artifact_dir("jump"))
+    runner = PolicyRunner(art)
+    runner.last_action = np.asarray(s.last_action, float)
+    qpos, qvel = np.asarray(s.data.qpos, float), np.asarray(s.data.qvel, float)
+    obs = runner.observe(int(s.step), q=qpos[env.qadr], dq=qvel[env.dadr], gyro=qvel[3:6], quat=qpos[3:7],
+                         base_lin_vel=quat_rotate_inverse(qpos[3:7], qvel[0:3]), base_height=qpos[2])
+    assert [t.name for t in art.spec.observation] == [t.name for t in env.obs_specs]
+    np.testing.assert_allclose(obs, np.asarray(s.obs), atol=2e-4)
+
+
+def test_unknown_motion_lists_available():
+    with pytest.raises(MotionError, match="jump"):
+        train("moonwalk", "shac", "cpu", iterations=1)
+
+
+@pytest.mark.slow
+def test_short_training_run_improves_tracking(tmp_path):
+    """Slow: 40 plain-SHAC iterations on the squat; the tracking reward must rise."""
+    run = train("squat", "shac", "cpu", seed=0, iterations=40, run_root=tmp_path, export_dir=str(tmp_path / "a"),
+                overrides={"shac": {"num_envs": 8, "horizon": 8}, "actor": {"hidden": (64,)}}, progress=False)
+    import csv
+
+    rows = list(csv.DictReader((run / "metrics.csv").open()))
+    first = np.mean([float(r["r_joint_pos"]) for r in rows[:10]])
+    last = np.mean([float(r["r_joint_pos"]) for r in rows[-10:]])
+    assert last > first, (first, last)
