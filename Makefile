@@ -21,7 +21,9 @@ ARGS ?=
 setup: $(STAMP)
 
 $(STAMP): requirements.lock pyproject.toml
-	@command -v python3 >/dev/null || { echo "python3 (>=3.10) is required"; exit 1; }
+	@command -v python3 >/dev/null || { echo "python3 (>=3.11) is required"; exit 1; }
+	@python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
+	  echo "python3 >= 3.11 is required (the pinned numpy/jax/scipy/mujoco wheels); found $$(python3 -V)"; exit 1; }
 	@test -d .venv || python3 -m venv .venv || { \
 	  echo "python3 -m venv failed: on Debian/Ubuntu run 'apt-get install python3-venv'"; exit 1; }
 	.venv/bin/pip install -q --upgrade pip
