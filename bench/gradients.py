@@ -1,0 +1,221 @@
+"""Gradient quality and cost: plain analytic (SHAC) vs BCG vs zero-order, across contact stiffness.
+
+Scenario ("landing into stance"): the G1 in its default pose starts 0-10 mm above the floor
+moving down at 0.2-0.5 m/s (random per env), so the soles hit the floor in the first control
+step and the rest of the horizon is stance under that contact. Policy: a fixed linear
+feedback plus a learnable 29-d action bias theta and reparameterised Gaussian action noise
+(std 0.1); the objective is the batch-mean return over `horizon` control steps of the
+hold-pose imitation reward (train/rewards.py). Every estimate is one batch of N envs (the
+quantity a SHAC iteration uses); `seeds` independent seeds give independent estimates.
+
+Estimators of d(mean return)/d(theta), per seed:
+- plain: jax.grad through the rollout (BCG off).
+- bcg: BCG as published (B = 10, H = 2, sigma 1 cm, 2 cm/s, tau 400 N) with the default slot
+  budget K = round(N / B) (~2x the env-steps).
+- bcg_all: the same with K = N (every stiff env bundled: no budget).
+- zo: antithetic Gaussian smoothing in theta (sigma ZO_SIGMA), ZO_PAIRS pairs, function values
+  only, common random numbers within a pair.
+Reported per stiffness: total variance (trace of the covariance over seeds) and, against a
+reference, the relative bias and cosine of each estimator's mean, projected on REF_DIRS
+random orthonormal directions. Reference: central differences (step REF_H) of the batch-mean
+return along those directions with common random numbers, averaged over REF_SEEDS seeds (its
+own relative standard error is reported: a bias below it is not resolved).
+Stiffness is the solref time constant of foot-floor contact (robots/model.py), changed per
+env through EnvParams, so one compile serves all settings.
+
+    python -m bench.gradients [--batches 16 64] [--seeds 12] [--horizon 8]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from robots import g1
+from robots.model import STIFFNESS_TIMECONST
+from train import domain_rand as DR
+from train.bcg import BCGConfig, num_slots
+from train.env import EnvConfig, G1Env
+from train.rollout import rollout
+
+HORIZON = 8  # control steps (0.16 s): impact + stance
+ACTION_STD = 0.1
+ZO_SIGMA = 0.05  # action units (x 0.25 rad)
+ZO_PAIRS = 8
+REF_DIRS = 8  # = ZO_PAIRS: the reference reuses the compiled batched-returns function
+REF_H = 0.02
+REF_SEEDS = 48
+STIFFNESSES = ("soft", "medium", "stiff")
+
+
+@dataclasses.dataclass
+class HoldPose:
+    """Reference: hold the default pose (the bench's stand-in motion)."""
+
+    T: int = HORIZON + 8
+    name: str = "hold"
+
+    def __post_init__(self):
+        self.ref_q = np.tile(g1.DEFAULT_JOINT_POS, (self.T, 1))
+        self.ref_height = np.full(self.T, g1.DEFAULT_BASE_HEIGHT)
+        self.ref_foot_height = np.zeros((self.T, 2))
+        self.reward_weights = {}
+        self.duration = (self.T - 1) * g1.CONTROL_DT
+
+
+class Problem:
+    def __init__(self, num_envs: int, bcg: dict[str, BCGConfig], horizon: int = HORIZON):
+        self.N = num_envs
+        self.horizon = horizon
+        self.bcg = bcg
+        self.env = env = G1Env(EnvConfig(domain_rand=DR.DomainRandConfig.off(), obs_noise=0.0), HoldPose(T=horizon + 8))
+        w0 = 0.01 * jax.random.normal(jax.random.PRNGKey(42), (env.observation_size, g1.NUM_MOTORS))
+
+        def policy(theta, obs, rng):
+            return 0.5 * jnp.tanh(obs @ w0) + theta + ACTION_STD * jax.random.normal(rng, (g1.NUM_MOTORS,))
+
+        def start(seed, timeconst):
+            k_reset, k_drop, k_vz, k_roll = jax.random.split(jax.random.PRNGKey(seed), 4)
+            s = env.reset_batch(k_reset, num_envs)
+            drop = jax.random.uniform(k_drop, (num_envs,), minval=0.0, maxval=0.01)
+            vz = jax.random.uniform(k_vz, (num_envs,), minval=-0.5, maxval=-0.2)
+            data = s.data.replace(qpos=s.data.qpos.at[:, 2].add(drop), qvel=s.data.qvel.at[:, 2].set(vz))
+            dr = s.dr.replace(contact_timeconst=jnp.full(num_envs, timeconst, s.dr.contact_timeconst.dtype))
+            return s.replace(data=data, dr=dr), k_roll
+
+        def ret(theta, seed, timeconst, cfg):
+            s, k = start(seed, timeconst)
+            _, traj = rollout(env, policy, theta, s, k, horizon, cfg)
+            return traj["reward"].sum(0).mean(), traj["bundled"].mean()
+
+        self.grads = {"plain": jax.jit(jax.grad(lambda th, sd, tc: ret(th, sd, tc, None), has_aux=True))}
+        for name, cfg in bcg.items():
+            g = jax.jit(jax.grad(ret, has_aux=True))
+            self.grads[name] = lambda th, sd, tc, g=g, cfg=cfg: g(th, sd, tc, cfg)
+        self.returns = jax.jit(jax.vmap(lambda th, sd, tc: ret(th, sd, tc, None)[0], in_axes=(0, None, None)))
+        self.theta = jnp.zeros(g1.NUM_MOTORS)
+        q, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(g1.NUM_MOTORS, REF_DIRS)))
+        self.dirs = jnp.asarray(q.T)  # (REF_DIRS, 29) orthonormal
+
+    def zo(self, seed, timeconst, key):
+        eps = jax.random.normal(key, (ZO_PAIRS, g1.NUM_MOTORS))
+        thetas = jnp.concatenate([self.theta + ZO_SIGMA * eps, self.theta - ZO_SIGMA * eps])
+        r = self.returns(thetas, seed, timeconst)
+        return ((r[:ZO_PAIRS] - r[ZO_PAIRS:])[:, None] * eps).sum(0) / (2 * ZO_SIGMA * ZO_PAIRS)
+
+    def directional(self, seed, timeconst):
+        """(REF_DIRS,) central differences of the batch-mean return along self.dirs."""
+        thetas = jnp.concatenate([self.theta + REF_H * self.dirs, self.theta - REF_H * self.dirs])
+        r = self.returns(thetas, seed, timeconst)
+        return (r[:REF_DIRS] - r[REF_DIRS:]) / (2 * REF_H)
+
+
+def _timed(fn, *args, repeats=1):
+    out = jax.block_until_ready(fn(*args))
+    t = time.perf_counter()
+    for _ in range(repeats):
+        out = jax.block_until_ready(fn(*args))
+    return out, (time.perf_counter() - t) / repeats
+
+
+def _compile_time(fn, *args):
+    t = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - t
+
+
+def gradient_quality(pb: Problem, seeds: int, stiffnesses=STIFFNESSES) -> dict:
+    out: dict = {}
+    tc0 = STIFFNESS_TIMECONST["stiff"]
+    for k, fn in pb.grads.items():
+        out[f"compile_s_grad_{k}"] = _compile_time(fn, pb.theta, 0, tc0)
+    out["compile_s_returns"] = _compile_time(pb.zo, 0, tc0, jax.random.PRNGKey(0))
+    names = list(pb.grads) + ["zo"]
+    times = {k: [] for k in names}
+    for stiff in stiffnesses:
+        tc = STIFFNESS_TIMECONST[stiff]
+        est = {k: [] for k in names}
+        bundled = {k: [] for k in pb.bcg}
+        for sd in range(seeds):
+            seed = 1000 + sd
+            for k, fn in pb.grads.items():
+                t = time.perf_counter()
+                g, b = jax.block_until_ready(fn(pb.theta, seed, tc))
+                times[k].append(time.perf_counter() - t)
+                est[k].append(np.asarray(g))
+                if k in bundled:
+                    bundled[k].append(float(b))
+            t = time.perf_counter()
+            est["zo"].append(np.asarray(jax.block_until_ready(pb.zo(seed, tc, jax.random.PRNGKey(seed)))))
+            times["zo"].append(time.perf_counter() - t)
+        ref = np.stack([np.asarray(pb.directional(5000 + i, tc)) for i in range(REF_SEEDS)])
+        g_ref = ref.mean(0)
+        out[f"grad_ref_rel_stderr_{stiff}"] = float(np.sqrt(ref.var(0, ddof=1).sum() / len(ref)) / np.linalg.norm(g_ref))
+        dirs = np.asarray(pb.dirs)
+        for k, v in bundled.items():
+            out[f"{k}_bundled_step_fraction_{stiff}"] = float(np.mean(v))
+        for k, v in est.items():
+            v = np.stack(v)
+            proj = dirs @ v.mean(0)
+            out[f"grad_var_{k}_{stiff}"] = float(v.var(0, ddof=1).sum())
+            out[f"grad_bias_{k}_{stiff}"] = float(np.linalg.norm(proj - g_ref) / np.linalg.norm(g_ref))
+            out[f"grad_cos_{k}_{stiff}"] = float(proj @ g_ref / (np.linalg.norm(proj) * np.linalg.norm(g_ref) + 1e-30))
+            if k != "plain":
+                out[f"{k}_grad_variance_ratio_{stiff}"] = out[f"grad_var_{k}_{stiff}"] / out[f"grad_var_plain_{stiff}"]
+    for k, v in times.items():
+        out[f"grad_time_s_{k}"] = float(np.median(v))
+    return out
+
+
+def throughput(pb: Problem, repeats: int = 3) -> dict:
+    """Env-steps/s with gradients (nominal control steps per second of a batched grad call)."""
+    tc = STIFFNESS_TIMECONST["stiff"]
+    out, t = {}, {}
+    for k, fn in pb.grads.items():
+        _, t[k] = _timed(fn, pb.theta, 7, tc, repeats=repeats)
+        out[f"env_steps_per_s_grad_{k}_b{pb.N}"] = pb.N * pb.horizon / t[k]
+    for k, cfg in pb.bcg.items():
+        out[f"{k}_time_ratio_b{pb.N}"] = t[k] / t["plain"]
+        out[f"{k}_slots_b{pb.N}"] = num_slots(cfg, pb.N)
+    return out
+
+
+def run(batches: tuple[int, ...] = (16,), seeds: int = 12, horizon: int = HORIZON, with_all: bool = True) -> dict:
+    cfg = BCGConfig()  # published: B = 10, H = 2, sigma_p = 1 cm, sigma_v = 2 cm/s, tau = 400 N
+    n0 = batches[0]
+    variants = {"bcg": cfg}
+    if with_all:
+        variants["bcg_all"] = cfg.replace(max_bundled_envs=n0)
+    pb = Problem(n0, variants, horizon)
+    out = {"grad_bench_num_envs": n0, "grad_bench_horizon": horizon, "grad_bench_seeds": seeds,
+           "bcg_branches": cfg.branches, "bcg_horizon": cfg.horizon, "zo_pairs": ZO_PAIRS}
+    out.update(gradient_quality(pb, seeds))
+    out.update(throughput(pb))
+    for n in batches[1:]:
+        out.update(throughput(Problem(n, {"bcg": cfg}, horizon)))
+    # the keys DESIGN.md names: default BCG (budgeted) at the stiffest setting, value+grad of a
+    # batched short-horizon return as the "training-like iteration" (critic updates excluded)
+    out["bcg_grad_variance_ratio"] = out["bcg_grad_variance_ratio_stiff"]
+    out["bcg_iteration_time_ratio"] = out[f"bcg_time_ratio_b{n0}"]
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batches", type=int, nargs="+", default=[16])
+    p.add_argument("--seeds", type=int, default=12)
+    p.add_argument("--horizon", type=int, default=HORIZON)
+    p.add_argument("--no-all", action="store_true", help="skip the unbudgeted BCG variant (one compile less)")
+    ns = p.parse_args(argv)
+    res = run(tuple(ns.batches), ns.seeds, ns.horizon, not ns.no_all)
+    print(json.dumps(res, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
