@@ -19,6 +19,7 @@ MODULES: tuple[str, ...] = (
     "bench.estimator",
     "bench.deploy",
     "bench.bridge",
+    "bench.gradients",
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
