@@ -157,15 +157,14 @@ def test_lowstate_arrives_at_500hz_with_valid_crc(bridge):
     assert np.median(np.diff(ticks)) == 2 and (np.diff(ticks) > 0).all()
     per_sim_second = len(msgs) / ((ticks[-1] - ticks[0] + 2) * 1e-3)
     assert 400 < per_sim_second <= 501, f"{per_sim_second:.0f} LowState per simulated second (expected 500)"
-    # ... and the bridge's clock keeps up with the wall clock (it needs ~0.3 of a core). On a
-    # machine loaded beyond its cores (other sessions' JAX compiles: load average 8 on 2 cores
-    # was seen) no real-time process keeps up, so there the wall-clock rate is only reported.
+    # Keeping up with the wall clock is a throughput claim: `make bench` (bench/bridge.py) measures
+    # it side by side with the deploy loop. Here only "not stalled": a bridge whose clock runs at
+    # under a third of real time would make every deploy test meaningless.
     rate = len(msgs) / elapsed
-    load = os.getloadavg()[0] / (os.cpu_count() or 1)
-    if load < 1.0:
-        assert rate > 400, f"LowState at {rate:.0f} Hz wall clock (expected 500)"
-    elif rate < 400:
-        warnings.warn(f"LowState at {rate:.0f} Hz wall clock on a machine loaded {load:.1f}x its cores")
+    assert rate > 500 / 3, f"LowState at {rate:.0f} Hz wall clock: the bridge is stalled (expected 500)"
+    if rate < 400:
+        load = os.getloadavg()[0] / (os.cpu_count() or 1)
+        warnings.warn(f"LowState at {rate:.0f} Hz wall clock (machine load {load:.1f}x its cores)")
     crc = CRC()
     assert all(crc.Crc(m) == m.crc for m in msgs)
     assert {m.mode_machine for m in msgs} == {g1.MODE_MACHINE_29DOF_REV1}
