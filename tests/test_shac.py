@@ -1,4 +1,5 @@
 """SHAC pieces against hand-computed values, and the trainer on a tiny differentiable task."""
+import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -106,6 +107,33 @@ def test_shac_improves_reward_on_point_mass():
         rewards.append(float(m["reward"]))
     assert np.mean(rewards[-10:]) > np.mean(rewards[:10]) + 0.3, (rewards[:10], rewards[-10:])
     assert float(m["nonfinite_grad"]) == 0
+
+
+def test_learning_rate_follows_iterations_and_compile_is_reused():
+    """The schedule is linear over SHAC iterations for actor and critic alike (the critic takes
+    critic_iterations x critic_minibatches optimiser steps per iteration), it is what the
+    optimiser state holds, and the compiled iteration is shared by runs of any length."""
+    env = PointMass()
+    cfg = SHACConfig(num_envs=env.N, horizon=5, iterations=4, actor_lr=1e-2, critic_lr=3e-3, lr_final=1e-4,
+                     critic_hidden=(8,), critic_iterations=3, critic_minibatches=2)
+    init, apply = _linear_actor()
+    algo = SHAC(cfg, 2, 1, init, apply, _rollout_factory(env, 5), env.reset)
+    assert algo.learning_rates(0) == pytest.approx((1e-2, 3e-3))
+    assert algo.learning_rates(2) == pytest.approx(((1e-2 + 1e-4) / 2, (3e-3 + 1e-4) / 2))
+    assert algo.learning_rates(4) == pytest.approx((1e-4, 1e-4))
+    assert algo.learning_rates(9) == pytest.approx((1e-4, 1e-4))
+    ts = algo.init(jax.random.PRNGKey(0))
+    seen = []
+    for _ in range(3):
+        ts, m = algo.iterate(ts)
+        seen.append((m["actor_lr"], float(ts.critic_opt[1].hyperparams["learning_rate"])))
+    assert [a for a, _ in seen] == pytest.approx([1e-2, 1e-2 - (1e-2 - 1e-4) / 4, 1e-2 - 2 * (1e-2 - 1e-4) / 4])
+    assert [c for _, c in seen] == pytest.approx([3e-3, 3e-3 - (3e-3 - 1e-4) / 4, 3e-3 - 2 * (3e-3 - 1e-4) / 4])
+    assert algo._iterate_jit._cache_size() == 1  # the second and third iterations reused the first compile
+    longer = SHAC(dataclasses.replace(cfg, iterations=40), 2, 1, init, apply, _rollout_factory(env, 5), env.reset)
+    ts2 = longer.init(jax.random.PRNGKey(0))
+    lowered = [a.lower(t).as_text() for a, t in ((algo._iterate_jit, ts2), (longer._iterate_jit, ts2))]
+    assert lowered[0] == lowered[1], "the compiled iteration must not depend on the run length"
 
 
 def test_critic_shapes():

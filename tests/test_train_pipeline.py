@@ -11,9 +11,10 @@ from deploy.policy_runner import PolicyRunner
 from policies import artifact as A
 from policies.observation import quat_rotate_inverse
 from train import domain_rand as DR
-from train.cli import TrainingDiverged, train
+from train.cli import PRESETS, TrainingDiverged, train
 from train.env import EnvConfig, G1Env
 from train.motions import MotionError, load_motion
+from train.shac import SHACConfig
 
 # Compiling the SHAC iteration dominates (minutes on 2 cores), not the 2 iterations.
 pytestmark = pytest.mark.timeout(2400)
@@ -55,6 +56,10 @@ def test_resume_continues_from_checkpoint(trained):
           progress=False)
     lines = (run / "metrics.csv").read_text().strip().splitlines()
     assert len(lines) == 4 and lines[-1].split(",")[lines[0].split(",").index("iteration")] == "3"
+    # the learning rate continues the 3-iteration schedule from where the checkpoint left it
+    lr = float(lines[-1].split(",")[lines[0].split(",").index("actor_lr")])
+    cfg = PRESETS["cpu"]["shac"]
+    assert lr == pytest.approx(cfg["actor_lr"] + 2 / 3 * (SHACConfig.lr_final - cfg["actor_lr"]), rel=1e-6)
 
 
 def test_env_and_deploy_build_the_same_observation():

@@ -117,7 +117,7 @@ def train(motion_name: str, algo: str = "bcg", preset: str = "cpu", seed: int = 
     start = 0
     if resume:
         ck = load_checkpoint(ck_latest, params_template=ts.actor, extra_template=_resumable(ts))
-        ts = _restore(ts, ck)
+        ts = trainer.match_iterate_types(_restore(ts, ck))
         start = ck.step
         print(f"resumed {run_dir} at iteration {start}")
 

@@ -148,8 +148,21 @@ class TrainState(NamedTuple):
 
 
 def _adam(lr_init, cfg: SHACConfig, clip: float):
-    sched = optax.linear_schedule(lr_init, cfg.lr_final, max(cfg.iterations, 1))
-    return optax.chain(optax.clip_by_global_norm(clip), optax.adam(sched, b1=cfg.betas[0], b2=cfg.betas[1]))
+    # The learning rate lives in the optimiser state (inject_hyperparams) and is set from the
+    # host before every iteration (`SHAC.learning_rates`): the schedule then follows SHAC
+    # iterations (not optimiser steps: the critic takes many per iteration) and the compiled
+    # iteration does not depend on the run length, so resuming with more iterations reuses it.
+    adam = optax.inject_hyperparams(optax.adam)(learning_rate=lr_init, b1=cfg.betas[0], b2=cfg.betas[1])
+    return optax.chain(optax.clip_by_global_norm(clip), adam)
+
+
+def _with_learning_rate(opt_state, lr: float):
+    clip_state, adam_state = opt_state
+    old = adam_state.hyperparams["learning_rate"]
+    new = jnp.asarray(lr, old.dtype)
+    if getattr(old, "committed", False):  # same placement as before, or jit would see new input shardings and recompile
+        new = jax.device_put(new, old.sharding)
+    return (clip_state, adam_state._replace(hyperparams={**adam_state.hyperparams, "learning_rate": new}))
 
 
 @dataclasses.dataclass
@@ -170,7 +183,21 @@ class SHAC:
     def __post_init__(self):
         self.actor_tx = _adam(self.cfg.actor_lr, self.cfg, self.cfg.actor_grad_norm)
         self.critic_tx = _adam(self.cfg.critic_lr, self.cfg, self.cfg.critic_grad_norm)
-        self.iterate = jax.jit(self._iterate, donate_argnums=(0,))
+        self._iterate_jit = jax.jit(self._iterate, donate_argnums=(0,))
+
+    def learning_rates(self, iteration: int) -> tuple[float, float]:
+        """(actor, critic) learning rates at a SHAC iteration: linear from the configured values
+        to `lr_final` over `cfg.iterations`."""
+        frac = min(max(iteration / max(self.cfg.iterations, 1), 0.0), 1.0)
+        return tuple(lr + frac * (self.cfg.lr_final - lr) for lr in (self.cfg.actor_lr, self.cfg.critic_lr))
+
+    def iterate(self, ts: "TrainState"):
+        """One SHAC iteration (compiled once; `ts` is donated). Returns (new state, metrics)."""
+        lr_a, lr_c = self.learning_rates(int(ts.iteration))
+        ts = ts._replace(actor_opt=_with_learning_rate(ts.actor_opt, lr_a),
+                         critic_opt=_with_learning_rate(ts.critic_opt, lr_c))
+        ts, metrics = self._iterate_jit(ts)
+        return ts, {**metrics, "actor_lr": lr_a, "critic_lr": lr_c}
 
     # policy used inside the differentiable rollout: reparameterised Gaussian
     def policy_fn(self, actor: Any, norm: ObsNorm):
@@ -192,11 +219,12 @@ class SHAC:
         norm = obs_norm_update(obs_norm_init(self.obs_size), env_state.obs)
         ts = TrainState(actor, critics, jax.tree.map(jnp.copy, critics), self.actor_tx.init(actor),
                         self.critic_tx.init(critics), norm, env_state, rng, jnp.int32(0))
-        return self._match_iterate_types(ts)
+        return self.match_iterate_types(ts)
 
-    def _match_iterate_types(self, ts: TrainState) -> TrainState:
+    def match_iterate_types(self, ts: TrainState) -> TrainState:
         """Cast the state to exactly the dtypes/weak types `iterate` returns, so the second
-        iteration reuses the first compile (a weak-typed leaf would trigger a full recompile)."""
+        iteration reuses the first compile (a weak-typed leaf would trigger a full recompile).
+        Also for a state restored from a checkpoint (numpy leaves)."""
         out = jax.eval_shape(self._iterate, ts)[0]
         ts = jax.tree.map(lambda x, s: jax.lax.convert_element_type(jnp.asarray(x), s.dtype)
                           if getattr(x, "weak_type", False) != s.weak_type or x.dtype != s.dtype else x, ts, out)
