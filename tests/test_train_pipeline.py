@@ -97,3 +97,17 @@ def test_short_training_run_improves_tracking(tmp_path):
     first = np.mean([float(r["r_joint_pos"]) for r in rows[:10]])
     last = np.mean([float(r["r_joint_pos"]) for r in rows[-10:]])
     assert last > first, (first, last)
+
+
+def test_set_overrides_parse_and_refuse_typos():
+    from train.cli import main, parse_overrides
+
+    assert parse_overrides(["shac.num_envs=32", "shac.actor_lr=3e-4", "actor.hidden=[64, 32]", "bcg.enabled=false"]) == {
+        "shac": {"num_envs": 32, "actor_lr": 3e-4}, "actor": {"hidden": (64, 32)}, "bcg": {"enabled": False}}
+    for bad, msg in [("shac.num_env=32", "no setting 'num_env'.*num_envs"), ("critic.lr=1", "SECTION one of"),
+                     ("shac.num_envs", "SECTION.KEY=VALUE"), ("shac.betas=[1, 2", "not valid YAML")]:
+        with pytest.raises(ValueError, match=msg):
+            parse_overrides([bad])
+    with pytest.raises(SystemExit) as e:  # the CLI turns it into a usage error before anything compiles
+        main(["--set", "shac.num_env=32"])
+    assert e.value.code == 2

@@ -203,6 +203,43 @@ def _restore(ts, ck):
                        iteration=jnp.asarray(ck.step))
 
 
+OVERRIDE_SECTIONS = ("shac", "actor", "bcg", "env")
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """["shac.num_envs=32", "actor.hidden=[64, 64]"] -> {"shac": {"num_envs": 32}, "actor": {"hidden": (64, 64)}}.
+
+    Field names are checked against the config classes so a typo fails before the compile."""
+    import yaml
+
+    from train.bcg import BCGConfig
+    from train.env import EnvConfig
+    from train.networks import ActorConfig
+    from train.shac import SHACConfig
+
+    classes = {"shac": SHACConfig, "actor": ActorConfig, "bcg": BCGConfig, "env": EnvConfig}
+    out: dict = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        section, dot, field = key.strip().partition(".")
+        if not sep or not dot or section not in classes:
+            raise ValueError(f"--set {item!r}: use SECTION.KEY=VALUE with SECTION one of {list(OVERRIDE_SECTIONS)}")
+        names = [f.name for f in dataclasses.fields(classes[section])]
+        if field not in names:
+            raise ValueError(f"--set {item!r}: {section} has no setting {field!r}; it has {names}")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as e:
+            raise ValueError(f"--set {item!r}: the value is not valid YAML ({e})") from e
+        if isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        out.setdefault(section, {})[field] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="make train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--motion", default="jump")
@@ -216,8 +253,16 @@ def main(argv=None) -> int:
     ap.add_argument("--tag", default="", help="suffix of the run folder name")
     ap.add_argument("--time-budget-min", type=float, default=None,
                     help="stop after this many minutes of wall time, then save and export (Ctrl-C does the same)")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="override one preset setting, e.g. --set shac.num_envs=32 --set shac.actor_lr=3e-4 "
+                         "(sections: shac, actor, bcg, env; repeatable; values parsed as YAML)")
     a = ap.parse_args(argv)
     from train.motions import MotionError
+
+    try:
+        overrides = parse_overrides(a.set)
+    except ValueError as e:
+        ap.error(str(e))
 
     stiffness: str | float = a.stiffness
     try:
@@ -226,7 +271,7 @@ def main(argv=None) -> int:
         pass
     try:
         train(a.motion, a.algo, a.preset, a.seed, a.iterations, stiffness, a.resume, export_dir=a.export_dir, tag=a.tag,
-              time_budget_s=None if a.time_budget_min is None else 60 * a.time_budget_min)
+              time_budget_s=None if a.time_budget_min is None else 60 * a.time_budget_min, overrides=overrides)
     except (MotionError, TrainingDiverged) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
