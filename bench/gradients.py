@@ -28,7 +28,6 @@ env through EnvParams, so one compile serves all settings.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 
@@ -41,6 +40,7 @@ from robots.model import STIFFNESS_TIMECONST
 from train import domain_rand as DR
 from train.bcg import BCGConfig, num_slots
 from train.env import EnvConfig, G1Env
+from train.motions import hold_pose_motion
 from train.rollout import rollout
 
 HORIZON = 8  # control steps (0.16 s): impact + stance
@@ -53,27 +53,12 @@ REF_SEEDS = 48
 STIFFNESSES = ("soft", "medium", "stiff")
 
 
-@dataclasses.dataclass
-class HoldPose:
-    """Reference: hold the default pose (the bench's stand-in motion)."""
-
-    T: int = HORIZON + 8
-    name: str = "hold"
-
-    def __post_init__(self):
-        self.ref_q = np.tile(g1.DEFAULT_JOINT_POS, (self.T, 1))
-        self.ref_height = np.full(self.T, g1.DEFAULT_BASE_HEIGHT)
-        self.ref_foot_height = np.zeros((self.T, 2))
-        self.reward_weights = {}
-        self.duration = (self.T - 1) * g1.CONTROL_DT
-
-
 class Problem:
     def __init__(self, num_envs: int, bcg: dict[str, BCGConfig], horizon: int = HORIZON):
         self.N = num_envs
         self.horizon = horizon
         self.bcg = bcg
-        self.env = env = G1Env(EnvConfig(domain_rand=DR.DomainRandConfig.off(), obs_noise=0.0), HoldPose(T=horizon + 8))
+        self.env = env = G1Env(EnvConfig(domain_rand=DR.DomainRandConfig.off(), obs_noise=0.0), hold_pose_motion(horizon + 8, "hold"))
         w0 = 0.01 * jax.random.normal(jax.random.PRNGKey(42), (env.observation_size, g1.NUM_MOTORS))
 
         def policy(theta, obs, rng):

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from mujoco import mjx
 
-from tests.test_env import StandMotion, nominal_cfg
+from tests.test_env import nominal_cfg
+from train.motions import hold_pose_motion
 from train.bcg import BCGConfig, perturb_branches
 from train.env import G1Env
 from train.rollout import rollout
@@ -32,7 +33,7 @@ def policy(p, obs, rng):
 
 @pytest.fixture(scope="module")
 def env():
-    return G1Env(nominal_cfg(stiffness="stiff"), StandMotion())
+    return G1Env(nominal_cfg(stiffness="stiff"), hold_pose_motion(60, "stand"))
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +147,9 @@ FD_SCRIPT = textwrap.dedent(
     import jax
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp, numpy as np
-    from tests.test_env import StandMotion, nominal_cfg
+    from tests.test_env import nominal_cfg
     from train.env import G1Env
+    from train.motions import hold_pose_motion
     from train.rollout import rollout
     from robots import model as M
     # a smooth segment: lifted (no contact), joint friction loss and joint limits off (both are
@@ -155,7 +157,7 @@ FD_SCRIPT = textwrap.dedent(
     m = M.build_training_model()
     m.dof_frictionloss[:] = 0.0
     m.jnt_limited[:] = 0
-    env = G1Env(nominal_cfg(), StandMotion(), mj_model=m)
+    env = G1Env(nominal_cfg(), hold_pose_motion(60, "stand"), mj_model=m)
     assert env.init_data.qpos.dtype == jnp.float64
     s0 = env.reset_batch(jax.random.PRNGKey(0), 1)
     s0 = s0.replace(data=s0.data.replace(qpos=s0.data.qpos.at[:, 2].add(1.0)))  # lifted: no contact for 0.4 s

@@ -4,7 +4,6 @@ One compiled batched step (batch 4) is shared by every test here (module fixture
 """
 from __future__ import annotations
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -17,23 +16,9 @@ from robots import g1
 from train import domain_rand as DR
 from train import rewards as R
 from train.env import EnvConfig, G1Env, stiff_contact
+from train.motions import hold_pose_motion
 
 N = 4
-
-
-@dataclasses.dataclass
-class StandMotion:
-    """Stand-in motion: hold the default pose (the real ones come from train/motions.py)."""
-
-    T: int = 60
-    name: str = "stand"
-
-    def __post_init__(self):
-        self.ref_q = np.tile(g1.DEFAULT_JOINT_POS, (self.T, 1))
-        self.ref_height = np.full(self.T, g1.DEFAULT_BASE_HEIGHT)
-        self.ref_foot_height = np.zeros((self.T, 2))
-        self.reward_weights = {}
-        self.duration = (self.T - 1) * g1.CONTROL_DT
 
 
 def nominal_cfg(**kw) -> EnvConfig:
@@ -42,7 +27,7 @@ def nominal_cfg(**kw) -> EnvConfig:
 
 @pytest.fixture(scope="module")
 def env():
-    return G1Env(nominal_cfg(), StandMotion())
+    return G1Env(nominal_cfg(), hold_pose_motion(60, "stand"))
 
 
 @pytest.fixture(scope="module")

@@ -112,6 +112,19 @@ class Motion:
         return self.takeoff_vz[0] if self.takeoff_vz else 0.0
 
 
+def hold_pose_motion(num_steps: int, name: str = "stand") -> Motion:
+    """Hold the default pose for `num_steps` control steps: the stand-in reference of tests and
+    benchmarks that need an env without a motion file (default reward weights)."""
+    def ro(a):
+        a.setflags(write=False)
+        return a
+
+    return Motion(name=name, duration=(num_steps - 1) * g1.CONTROL_DT,
+                  ref_q=ro(np.tile(np.asarray(g1.DEFAULT_JOINT_POS, float), (num_steps, 1))),
+                  ref_height=ro(np.full(num_steps, g1.DEFAULT_BASE_HEIGHT)),
+                  ref_foot_height=ro(np.zeros((num_steps, 2))), reward_weights={})
+
+
 # ----------------------------------------------------------------------------- leg geometry
 
 @dataclasses.dataclass(frozen=True)
