@@ -87,6 +87,8 @@ def test_pd_and_substeps_match_c_mujoco_in_flight(env, step, state0):
     np.testing.assert_allclose(np.asarray(s.data.qvel[0]), d.qvel, atol=2e-2)
     np.testing.assert_allclose(np.asarray(s.last_action[0]), actions[-1, 0])
     assert float(s.metrics["contact_force_max"][0]) == 0.0
+    # the hold-pose reference action is 0, so the residual term is the action's squared norm
+    assert float(s.metrics["r_residual"][0]) == pytest.approx(float(np.sum(actions[-1, 0] ** 2)), rel=1e-5)
 
 
 def test_stands_one_second_with_zero_action(env, step, state0):
@@ -127,7 +129,8 @@ def test_reward_terms_hand_computed():
         ref_height=jnp.asarray(0.8), base_lin_vel=jnp.asarray([0.5, 0.0, 0.0]), ref_base_lin_vel=jnp.zeros(3),
         gravity=jnp.asarray([0.1, 0.0, -0.995]), foot_height=jnp.asarray([0.1, 0.0]), ref_foot_height=jnp.zeros(2),
         foot_contact=jnp.asarray([True, False]), ref_contact=jnp.asarray([True, True]), fell=jnp.asarray(True),
-        action=z29.at[2].set(1.0), last_action=z29, torque_sq=jnp.asarray(30.0))
+        action=z29.at[2].set(1.0), last_action=z29, ref_action=z29.at[2].set(0.5).at[3].set(-0.5),
+        torque_sq=jnp.asarray(30.0))
     t = {k: float(v) for k, v in R.reward_terms(x).items()}
     assert t["joint_pos"] == pytest.approx(np.exp(-2.0 * 0.01))
     assert t["joint_vel"] == pytest.approx(np.exp(-0.1 * 4.0))
@@ -137,6 +140,7 @@ def test_reward_terms_hand_computed():
     assert t["foot_height"] == pytest.approx(np.exp(-100.0 * 0.01))
     assert t["foot_contact"] == 0.5 and t["alive"] == 1.0 and t["fall"] == 1.0
     assert t["action_rate"] == 1.0 and t["torque"] == 30.0
+    assert t["residual"] == pytest.approx(0.5)  # 0.5^2 + 0.5^2
     w = R.resolve_weights({"joint_pos": 2.0})
     assert w["joint_pos"] == 2.0 and w["fall"] == R.DEFAULT_WEIGHTS["fall"]
     total = float(R.total_reward(R.reward_terms(x), w))
@@ -180,3 +184,12 @@ def test_real_motion_builds_an_env():
     assert set(e.reward_weights) == set(R.TERMS)
     s = e.reset(jax.random.PRNGKey(0))
     assert np.all(np.isfinite(np.asarray(s.obs)))
+    # the residual term compares the step's action with the reference action for the time reached
+    # after the step (the frame the residual policy's ref_joint_pos[0] targets): 0 for that one
+    k = 90  # in the crouch, where the reference moves
+    a_ref = [(m.ref_q[i] - g1.DEFAULT_JOINT_POS) / e.cfg.action_scale for i in (k, k - 1)]
+    z = jnp.zeros(29)
+    res = [float(e._evaluate(s.data, jnp.int32(k), jnp.asarray(a, jnp.float32), z, jnp.zeros(()),
+                              s.contact_force)[2]["r_residual"]) for a in a_ref]
+    assert res[0] == pytest.approx(0.0, abs=1e-8)
+    assert res[1] == pytest.approx(float(np.sum((a_ref[0] - a_ref[1]) ** 2)), rel=1e-4) and res[1] > 1e-4

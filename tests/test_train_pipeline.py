@@ -104,7 +104,10 @@ def test_set_overrides_parse_and_refuse_typos():
 
     assert parse_overrides(["shac.num_envs=32", "shac.actor_lr=3e-4", "actor.hidden=[64, 32]", "bcg.enabled=false"]) == {
         "shac": {"num_envs": 32, "actor_lr": 3e-4}, "actor": {"hidden": (64, 32)}, "bcg": {"enabled": False}}
+    assert parse_overrides(["dr.kp_scale=[0.95, 1.05]", "dr.push_vel=0.2"]) == {
+        "dr": {"kp_scale": (0.95, 1.05), "push_vel": 0.2}}
     for bad, msg in [("shac.num_env=32", "no setting 'num_env'.*num_envs"), ("critic.lr=1", "SECTION one of"),
+                     ("env.domain_rand=1", "no setting 'domain_rand'"),
                      ("shac.num_envs", "SECTION.KEY=VALUE"), ("shac.betas=[1, 2", "not valid YAML")]:
         with pytest.raises(ValueError, match=msg):
             parse_overrides([bad])

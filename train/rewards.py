@@ -17,6 +17,7 @@ the sign: tracking terms are in (0, 1] with positive weights, penalty terms are 
 | `alive` | 1 | per step |
 | `fall` | 1 on the step the episode ends by a fall | use a negative weight |
 | `action_rate` | sum (a_t - a_{t-1})^2 | raw policy output; negative weight |
+| `residual` | sum (a_t - a*_t)^2, a*_t = (q*(t+1) - default) / action_scale | the policy's departure from the reference target, action units; negative weight (anchors a residual policy to the reference: without it first-order updates drifted 0.2 rad RMS off the reference in 600 iterations) |
 | `torque` | mean over substeps of sum_j tau_j^2 | Nm^2; negative weight |
 
 The reference row compared at a step is the one for the time reached after the step.
@@ -47,6 +48,7 @@ DEFAULT_WEIGHTS: dict[str, float] = {
     "alive": 0.5,
     "fall": -10.0,
     "action_rate": -0.01,
+    "residual": 0.0,
     "torque": -1.0e-5,
 }
 TERMS = tuple(DEFAULT_WEIGHTS)
@@ -69,6 +71,7 @@ class RewardInputs(NamedTuple):
     fell: jax.Array  # () bool
     action: jax.Array  # (29,)
     last_action: jax.Array  # (29,)
+    ref_action: jax.Array  # (29,) the action that commands exactly the reference target
     torque_sq: jax.Array  # () mean over substeps of sum tau^2
 
 
@@ -94,6 +97,7 @@ def reward_terms(x: RewardInputs) -> dict[str, jax.Array]:
         "alive": jnp.ones_like(x.base_height),
         "fall": x.fell.astype(f),
         "action_rate": jnp.sum((x.action - x.last_action) ** 2),
+        "residual": jnp.sum((x.action - x.ref_action) ** 2),
         "torque": x.torque_sq,
     }
 
