@@ -453,6 +453,8 @@ class ControlLoop:
             "fell": bool(gt["fell"]) if gt.get("fell") is not None else bool(tilt_trip),
             "estimator_base_vel_rmse_mps": gt.get("vel_rmse"),
             "estimator_base_height_rmse_m": gt.get("height_rmse"),
+            "gt_pelvis_max_m": gt.get("pelvis_max"),  # sim: highest pelvis after the band's release
+            "gt_flight_s": gt.get("flight_s"),  # sim: longest time with both feet off the floor
             "estop_to_damping_s": self.estop_latency_s,
             "max_lateness_ms": pct(ticks["lateness"] * 1e3, 100),
             "duration_s": round(float(end_t), 3),
@@ -490,12 +492,23 @@ class ControlLoop:
         t_end_tick = int(np.nanmax(ticks["tick"])) if ticks.n else 0
         by_tick = {int(g.tick): g for g in hist if int(g.tick) <= t_end_tick}
         # fell: pelvis low or tilted past the safety limit after the band was released
-        released = [g for g in by_tick.values() if not g.band]
-        fell = None
+        released = sorted((g for g in by_tick.values() if not g.band), key=lambda g: int(g.tick))
+        fell = pelvis_max = flight_s = None
         if released:
             z = np.array([g.pos[2] for g in released])
             tilt = np.array([tilt_angle(np.asarray(g.quat)) for g in released])
             fell = bool(np.any(z < FELL_HEIGHT) or np.any(tilt > TILT_LIMIT))
+            pelvis_max = float(z.max())
+            # longest stretch with both feet off the floor (a jump's flight), from the sample ticks (ms)
+            airborne = np.array([not any(g.foot_contact) for g in released])
+            t_ms = np.array([int(g.tick) for g in released], float)
+            flight_s, start = 0.0, None
+            for k, up in enumerate(airborne):
+                if up and start is None:
+                    start = k
+                if start is not None and (not up or k == len(airborne) - 1):
+                    flight_s = max(flight_s, (t_ms[k] - t_ms[start]) / 1e3)
+                    start = None
         # estimator error where it feeds the policy: from POLICY entry to the end of the run
         st = ticks["state"]
         in_pol = np.flatnonzero(st == _si(State.POLICY))
@@ -516,7 +529,8 @@ class ControlLoop:
                 ev, gv = np.asarray(ev), np.asarray(gv)
                 vel_rmse = float(np.sqrt(np.mean(np.sum((ev - gv) ** 2, axis=1))))
                 height_rmse = float(np.sqrt(np.mean((np.asarray(eh) - np.asarray(gh)) ** 2)))
-        return {"fell": fell, "vel_rmse": vel_rmse, "height_rmse": height_rmse,
+        return {"fell": fell, "vel_rmse": vel_rmse, "height_rmse": height_rmse, "pelvis_max": pelvis_max,
+                "flight_s": flight_s,
                 "info": f"{len(by_tick)} ground-truth samples; fell = pelvis < {FELL_HEIGHT} m or tilt > "
                         f"{np.degrees(TILT_LIMIT):.0f} deg after band release; RMSE over POLICY and after"}
 

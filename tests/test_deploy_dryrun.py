@@ -1,5 +1,5 @@
 """The dry run end to end over real DDS: `python -m deploy.cli --robot sim --motion stand` (what
-`make deploy ROBOT=sim MOTION=stand` runs) starts the sim bridge, passes pre-flight, runs
+`make deploy ROBOT=sim MOTION=stand` runs; the jump too) starts the sim bridge, passes pre-flight, runs
 PASSIVE -> STAND_UP -> HOLD -> POLICY -> HOLD with --auto, and writes its summary; and the loop
 reaching damping when its bridge is killed (a bridge of its own, so this module has no shared one)."""
 import json
@@ -69,6 +69,20 @@ def test_dry_run_end_to_end(dds_domain, tmp_path):
           f"p50/p99 {s['stream_period_error_p50']:.3f}/{s['stream_period_error_p99']:.3f}, deadline misses "
           f"{s['deadline_misses']}, estimator RMSE {s['estimator_base_vel_rmse_mps']:.4f} m/s "
           f"{s['estimator_base_height_rmse_m']:.4f} m")
+
+
+def test_jump_dry_run_flies_lands_and_holds(dds_domain, tmp_path):
+    """The README's first command, `make deploy ROBOT=sim MOTION=jump`, with the committed trained
+    jump: the bridge's ground truth shows a flight (both feet off the floor) and no fall, and the
+    run ends in HOLD with exit status 0."""
+    r = run_cli("--robot", "sim", "--motion", "jump", "--domain", dds_domain, "--run-root", tmp_path, timeout=180)
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    s = summary_of(r.stdout)
+    assert s["final_state"] == "HOLD" and s["safety_events"] == [] and s["fell"] is False
+    assert s["policy_ticks"] == 230  # the 4.6 s jump at 50 Hz
+    assert s["gt_flight_s"] > 0.08, s["gt_flight_s"]  # reference flight 0.2 s; measured 0.14 s
+    print(f"jump dry run: flight {s['gt_flight_s']:.3f} s, pelvis max {s['gt_pelvis_max_m']:.3f} m, "
+          f"compute p99 {s['compute_ms_p99']:.2f} ms")
 
 
 def test_bridge_killed_damps_within_bound(dds_domain, tmp_path):
