@@ -87,16 +87,27 @@ def test_unknown_motion_lists_available():
 
 
 @pytest.mark.slow
-def test_short_training_run_improves_tracking(tmp_path):
-    """Slow: 40 plain-SHAC iterations on the squat; the tracking reward must rise."""
-    run = train("squat", "shac", "cpu", seed=0, iterations=40, run_root=tmp_path, export_dir=str(tmp_path / "a"),
-                overrides={"shac": {"num_envs": 8, "horizon": 8}, "actor": {"hidden": (64,)}}, progress=False)
+def test_short_training_run_improves_reward_and_falls(tmp_path):
+    """Slow (~11 min here): the headline recipe exactly (jump, cpu preset with its 800-iteration
+    learning-rate schedule, SHAC+BCG, stiff), stopped by the time budget after 150-350 iterations
+    (depending on whether the compile is cached): reward per step must rise and falls per
+    iteration drop between the first and the last 50 iterations (the committed run: 4.17 -> 4.32
+    reward and 3.8 -> 2.3 falls from iterations 0-49 to 150-199). A 200-iteration schedule decays
+    the learning rate 4x faster and improves only half as much (4.17 -> 4.20, 3.7 -> 2.9)."""
+    run = train("jump", "bcg", "cpu", seed=0, run_root=tmp_path, export_dir=str(tmp_path / "a"),
+                time_budget_s=600, progress=False)
     import csv
 
     rows = list(csv.DictReader((run / "metrics.csv").open()))
-    first = np.mean([float(r["r_joint_pos"]) for r in rows[:10]])
-    last = np.mean([float(r["r_joint_pos"]) for r in rows[-10:]])
-    assert last > first, (first, last)
+    assert len(rows) >= 150, f"only {len(rows)} iterations in 10 min: is something else using the CPU?"
+
+    def mean(key, sl):
+        return float(np.mean([float(r[key]) for r in rows[sl]]))
+
+    first, last = slice(0, 50), slice(-50, None)
+    assert mean("reward", last) > mean("reward", first) + 0.05, (mean("reward", first), mean("reward", last))
+    assert mean("falls", last) < 0.8 * mean("falls", first), (mean("falls", first), mean("falls", last))
+    assert mean("r_joint_pos", last) > mean("r_joint_pos", first) - 0.01  # no drift off the reference
 
 
 def test_set_overrides_parse_and_refuse_typos():
