@@ -499,16 +499,13 @@ class ControlLoop:
             tilt = np.array([tilt_angle(np.asarray(g.quat)) for g in released])
             fell = bool(np.any(z < FELL_HEIGHT) or np.any(tilt > TILT_LIMIT))
             pelvis_max = float(z.max())
-            # longest stretch with both feet off the floor (a jump's flight), from the sample ticks (ms)
-            airborne = np.array([not any(g.foot_contact) for g in released])
+            # longest stretch with both feet off the floor (a jump's flight): from a run's first
+            # airborne sample to the next grounded one (or the last sample), sample ticks in ms
+            airborne = np.array([not any(g.foot_contact) for g in released], int)
             t_ms = np.array([int(g.tick) for g in released], float)
-            flight_s, start = 0.0, None
-            for k, up in enumerate(airborne):
-                if up and start is None:
-                    start = k
-                if start is not None and (not up or k == len(airborne) - 1):
-                    flight_s = max(flight_s, (t_ms[k] - t_ms[start]) / 1e3)
-                    start = None
+            edges = np.diff(np.concatenate([[0], airborne, [0]]))
+            starts, ends = np.flatnonzero(edges == 1), np.minimum(np.flatnonzero(edges == -1), len(t_ms) - 1)
+            flight_s = float(np.max(t_ms[ends] - t_ms[starts], initial=0.0)) / 1e3
         # estimator error where it feeds the policy: from POLICY entry to the end of the run
         st = ticks["state"]
         in_pol = np.flatnonzero(st == _si(State.POLICY))

@@ -198,7 +198,8 @@ class G1Env:
         self._ref_dq = jnp.asarray(ref_dq, fdt)
         self._ref_v = jnp.asarray(ref_v, fdt)
         self._ref_c = jnp.asarray(ref_c)
-        self._default_q = jnp.asarray(g1.DEFAULT_JOINT_POS, fdt)
+        # the action that commands exactly the reference target at each frame (the `residual` reward)
+        self._ref_action = jnp.asarray((ref_q - np.asarray(g1.DEFAULT_JOINT_POS)) / cfg.action_scale, fdt)
         self._kp = jnp.asarray(g1.KP, fdt)
         self._kd = jnp.asarray(g1.KD, fdt)
         self._lim = jnp.asarray(g1.TORQUE_LIMIT, fdt)
@@ -270,7 +271,7 @@ class G1Env:
                            ref_base_lin_vel=self._ref_v[i], gravity=grav, foot_height=feet,
                            ref_foot_height=self._ref_f[i], foot_contact=in_contact, ref_contact=self._ref_c[i],
                            fell=fell, action=action, last_action=last_action,
-                           ref_action=(self._ref_q[i] - self._default_q) / cfg.action_scale, torque_sq=torque_sq)
+                           ref_action=self._ref_action[i], torque_sq=torque_sq)
         terms = R.reward_terms(x)
         finite = jnp.all(jnp.isfinite(qpos)) & jnp.all(jnp.isfinite(qvel))
         reward = jnp.where(finite, R.total_reward(terms, self.reward_weights), 0.0)
