@@ -148,33 +148,42 @@ def _cpu_seconds(pid: int) -> float:
         return 0.0
 
 
-def test_lowstate_arrives_at_500hz_with_valid_crc(bridge):
+def test_lowstate_arrives_at_500hz_with_valid_crc(bridge, client):
     from unitree_sdk2py.utils.crc import CRC
 
     rec = LowStateRecorder()
     try:
         rec.wait_for(lambda m: True, timeout=10.0)
         time.sleep(0.2)
+        s0 = client.status()
         n0, t0, cpu0 = len(rec.samples), time.perf_counter(), _cpu_seconds(bridge.proc.pid)
         time.sleep(2.0)
         window = rec.samples[n0:]
         elapsed = time.perf_counter() - t0
+        s1 = client.wait_status(lambda s: s.tick > s0.tick + 100)
     finally:
         rec.close()
+    # The bridge's contract, on its own clock (tick, ms) and its own counter: one LowState
+    # written per 2 ms of simulated time.
+    published_per_sim_second = (s1.state_published - s0.state_published) / ((s1.tick - s0.tick) * 1e-3)
+    assert published_per_sim_second == pytest.approx(500, rel=0.02)
+    # What this client received: in order, on the 2 ms grid. Samples a Python subscriber did not
+    # take in time are dropped (keep-last, as on the robot): a CI runner delivered 389 of 500 per
+    # simulated second to this process in a full suite, 500 when the module runs alone.
     msgs = [m for _, m in window]
     ticks = np.array([m.tick for m in msgs])
-    # One LowState per 2 ms of the bridge's clock (tick, ms), all of them reaching this client...
-    assert np.median(np.diff(ticks)) == 2 and (np.diff(ticks) > 0).all()
-    per_sim_second = len(msgs) / ((ticks[-1] - ticks[0] + 2) * 1e-3)
-    assert 400 < per_sim_second <= 501, f"{per_sim_second:.0f} LowState per simulated second (expected 500)"
+    assert (np.diff(ticks) > 0).all() and (np.diff(ticks) % 2 == 0).all() and np.median(np.diff(ticks)) == 2
+    received = len(msgs) / ((ticks[-1] - ticks[0] + 2) * 1e-3)
+    assert received > 250, f"this client received {received:.0f} LowState per simulated second (500 published)"
     # Keeping up with the wall clock is a throughput claim, measured by `make bench`
     # (bench/bridge.py) side by side with the deploy loop; a shared CI runner gave 310 Hz and a
     # quiet 2-core machine 144 Hz once in a full suite run (500 Hz alone), so here it is reported
     # with what explains it: the bridge's own CPU use over the window and the machine's load.
     rate = len(msgs) / elapsed
-    if rate < 400:
+    if rate < 400 or received < 450:
         cpu = (_cpu_seconds(bridge.proc.pid) - cpu0) / elapsed
-        warnings.warn(f"LowState at {rate:.0f} Hz wall clock: the bridge used {cpu:.2f} of a core, machine load "
+        warnings.warn(f"LowState at {rate:.0f} Hz wall clock, {received:.0f} received per simulated second: the "
+                      f"bridge used {cpu:.2f} of a core, real-time factor {s1.real_time_factor:.2f}, machine load "
                       f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     crc = CRC()
     assert all(crc.Crc(m) == m.crc for m in msgs)
