@@ -167,11 +167,15 @@ def validate_for_robot(spec: PolicySpec) -> None:
                             + "\nRe-train/re-export for this robot, or fix robots/g1.py if the robot changed.")
 
 
-def _git_commit() -> str:
+def _git_commit(cwd: Path = Path(__file__).parent) -> str:
+    """Short HEAD hash, "-dirty" when tracked files differ from it (e.g. an edited motion file)."""
+    def git(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=5, cwd=cwd)
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).parent)
-        return out.stdout.strip() or "unknown"
+        head = git("rev-parse", "--short", "HEAD").stdout.strip()
+        if not head:
+            return "unknown"
+        return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no").stdout.strip() else "")
     except Exception:
         return "unknown"
 

@@ -1,5 +1,6 @@
 """The artifact contract and the observation builder."""
 import shutil
+import subprocess
 
 import numpy as np
 import onnxruntime as ort
@@ -135,3 +136,21 @@ def test_corrupt_or_missing_onnx(stand, tmp_path):
         A.load_artifact(stand)
     with pytest.raises(A.ArtifactError, match="no policy artifact"):
         A.load_artifact(tmp_path / "nothing")
+
+
+def test_provenance_git_commit_marks_uncommitted_changes(tmp_path):
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    assert A._git_commit(tmp_path) == "unknown"  # not a repository
+    git("init", "-q")
+    (tmp_path / "jump.yaml").write_text("a: 1\n")
+    git("add", "jump.yaml")
+    git("commit", "-qm", "motion")
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tmp_path, capture_output=True,
+                          text=True).stdout.strip()
+    (tmp_path / "notes.txt").write_text("untracked files do not count\n")
+    assert A._git_commit(tmp_path) == head
+    (tmp_path / "jump.yaml").write_text("a: 2\n")  # a motion edited after the commit
+    assert A._git_commit(tmp_path) == head + "-dirty"
