@@ -457,6 +457,7 @@ class SimBridge:
         self.lock = threading.Lock()  # the physics lock: BridgeSim is touched only under it
         self.sim: BridgeSim | None = None
         self.counters = dict.fromkeys(COUNTERS, 0)
+        self.loop_seconds = dict.fromkeys(("lock", "step", "publish", "sleep"), 0.0)  # real-time loop, wall s
         self.ready = threading.Event()
         self._stop = threading.Event()
         self._cmd_inbox: collections.deque = collections.deque(maxlen=1024)
@@ -832,6 +833,7 @@ class SimBridge:
                 **{k: c[k] for k in COUNTERS if k != "control_rejected"},
                 resets=sim.resets, control_seq=self._control_seq, remote_seq=self._remote_seq,
                 max_abs_tau=float(np.abs(sim.tau).max()), real_time_factor=self._rtf(),
+                **{f"loop_{k}_s": v for k, v in self.loop_seconds.items()},
             )
             self._status_due = False
         self._status_writer.write(msg)
@@ -846,12 +848,19 @@ class SimBridge:
         t_next = time.perf_counter()
         next_status = t_next
         next_view = t_next
+        timers = self.loop_seconds
         while not self._done():
+            t0 = time.perf_counter()
             with self.lock:
+                t1 = time.perf_counter()
                 states, gt = self._advance(publish_state=(self.sim.steps + 1) % decim == 0)
+            t2 = time.perf_counter()
             self._publish(states, gt)
             t_next += dt
             now = time.perf_counter()
+            timers["lock"] += t1 - t0
+            timers["step"] += t2 - t1
+            timers["publish"] += now - t2
             if now >= next_status or self._status_due:
                 self._publish_status()
                 next_status = now + self.cfg.status_period
@@ -862,6 +871,7 @@ class SimBridge:
             lag = now - t_next
             if lag < 0:
                 time.sleep(-lag)  # absolute deadline: work time is not added to the period
+                timers["sleep"] += time.perf_counter() - now
             elif lag > self.cfg.max_lag_s:
                 self.counters["overruns"] += 1
                 t_next = now
@@ -912,7 +922,9 @@ class SimBridge:
     def _summary(self) -> str:
         s = self.stats()
         c = ", ".join(f"{k} {s[k]}" for k in COUNTERS if s.get(k))
-        return f"sim bridge stopped at t={s.get('clock', 0):.3f} s (real-time factor {s.get('real_time_factor', 0):.2f}): {c}"
+        loop = ", ".join(f"{k} {v:.1f} s" for k, v in self.loop_seconds.items()) if not self.cfg.lockstep else ""
+        return (f"sim bridge stopped at t={s.get('clock', 0):.3f} s (real-time factor {s.get('real_time_factor', 0):.2f}): {c}"
+                + (f"; loop wall time: {loop}" if loop else ""))
 
 
 def _gt_message(gt: GroundTruth) -> Any:

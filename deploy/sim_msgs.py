@@ -114,6 +114,12 @@ class SimStatus_(IdlStruct, typename="g1_bcg.sim.SimStatus_"):
     remote_seq: types.uint32
     max_abs_tau: types.float64  # largest |motor torque| applied at the last physics step (Nm)
     real_time_factor: types.float64  # sim time / wall time since start
+    # Real-time loop, wall seconds since start: waiting for the state lock, stepping the physics,
+    # writing LowState/ground truth to DDS, sleeping to the next deadline (what a slow bridge did).
+    loop_lock_s: types.float64
+    loop_step_s: types.float64
+    loop_publish_s: types.float64
+    loop_sleep_s: types.float64
 
 
 def _qos(keep_all: bool) -> Any:
