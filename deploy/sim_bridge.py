@@ -433,6 +433,7 @@ COUNTERS = (
     "cmd_rejected_mode_pr", "cmd_rejected_nonfinite", "cmd_rejected_malformed", "cmd_dropped", "state_published",
     "state_dropped", "state_paused", "state_crc_corrupted", "overruns", "control_rejected",
 )
+LOOP_PHASES = ("lock", "step", "publish", "sleep")  # real-time loop wall time, SimStatus_.loop_<phase>_s
 
 
 class SimBridge:
@@ -457,7 +458,7 @@ class SimBridge:
         self.lock = threading.Lock()  # the physics lock: BridgeSim is touched only under it
         self.sim: BridgeSim | None = None
         self.counters = dict.fromkeys(COUNTERS, 0)
-        self.loop_seconds = dict.fromkeys(("lock", "step", "publish", "sleep"), 0.0)  # real-time loop, wall s
+        self.loop_seconds = dict.fromkeys(LOOP_PHASES, 0.0)  # real-time loop, wall s
         self.ready = threading.Event()
         self._stop = threading.Event()
         self._cmd_inbox: collections.deque = collections.deque(maxlen=1024)

@@ -140,16 +140,15 @@ def test_corrupt_or_missing_onnx(stand, tmp_path):
 
 def test_provenance_git_commit_marks_uncommitted_changes(tmp_path):
     def git(*args):
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
-                       capture_output=True)
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                              capture_output=True, text=True).stdout.strip()
 
     assert A._git_commit(tmp_path) == "unknown"  # not a repository
     git("init", "-q")
     (tmp_path / "jump.yaml").write_text("a: 1\n")
     git("add", "jump.yaml")
     git("commit", "-qm", "motion")
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tmp_path, capture_output=True,
-                          text=True).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD")
     (tmp_path / "notes.txt").write_text("untracked files do not count\n")
     assert A._git_commit(tmp_path) == head
     (tmp_path / "jump.yaml").write_text("a: 2\n")  # a motion edited after the commit
