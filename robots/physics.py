@@ -1,0 +1,76 @@
+"""Physics facts every room shares: gravity, the drives' PD law, orientation helpers, the fall
+criterion. Pure functions; each takes the array module `xp` (numpy by default) so the training
+env can call them on jax arrays without this package importing jax.
+
+Invariants (tests/test_robot_physics.py): `pd_torque` is the drive law of
+shared/reference/unitree_g1.md, `tau_ff + kp (q* - q) + kd (dq* - dq)`, clipped to +-tau_max
+when given; `upright_cos(q) == -projected_gravity(q)[..., 2]` for any non-zero norm;
+`fallen` is the one fall criterion of training termination, evaluation and the deploy summary.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+GRAVITY = 9.81  # m/s^2
+
+# The one fall criterion: pelvis below FALL_HEIGHT_M, or its z axis tilted more than FALL_TILT_RAD
+# from the world vertical. Standing is 0.785 m and 0 rad; the deploy loop's safety trip (46 deg) is
+# a separate, stricter limit that ends a run in damping before a fall.
+FALL_HEIGHT_M = 0.4
+FALL_TILT_RAD = 1.0  # 57.3 deg
+
+
+def pd_torque(q_target, q, dq, kp, kd, dq_target=0.0, tau_ff=0.0, tau_max=None, xp=np):
+    """Drive torque tau_ff + kp (q* - q) + kd (dq* - dq), clipped to +-tau_max when it is given."""
+    tau = tau_ff + kp * (q_target - q) + kd * (dq_target - dq)
+    return tau if tau_max is None else xp.clip(tau, -tau_max, tau_max)
+
+
+def quat_rotate_inverse(quat, v, xp=np):
+    """Rotate world vector v into the frame of unit quaternion quat (w, x, y, z)."""
+    w = quat[..., :1]
+    u = quat[..., 1:4]
+    t = 2.0 * xp.cross(u, v)
+    return v - w * t + xp.cross(u, t)
+
+
+def projected_gravity(quat, xp=np):
+    """The gravity unit vector (0, 0, -1) in the frame of quat (w, x, y, z)."""
+    g = xp.zeros(quat.shape[:-1] + (3,), dtype=quat.dtype) + xp.asarray([0.0, 0.0, -1.0], dtype=quat.dtype)
+    return quat_rotate_inverse(quat, g, xp)
+
+
+def upright_cos(quat, xp=np):
+    """Cosine of the tilt: the world z component of the body z axis, = -projected_gravity(quat)[..., 2],
+    for w, x, y, z quaternions of any non-zero norm (closed form, cheap enough for a 500 Hz check)."""
+    x, y = quat[..., 1], quat[..., 2]
+    return 1.0 - 2.0 * (x * x + y * y) / xp.sum(quat * quat, axis=-1)
+
+
+def tilt_angle(quat) -> float:
+    """Angle (rad) between the body z axis and the world vertical, from one w, x, y, z quaternion;
+    nan for a zero or non-finite quaternion (scalar math: this runs at 500 Hz)."""
+    w, x, y, z = (float(v) for v in quat)
+    n2 = w * w + x * x + y * y + z * z
+    if not math.isfinite(n2) or n2 < 1e-12:
+        return float("nan")
+    return math.acos(min(1.0, max(-1.0, 1.0 - 2.0 * (x * x + y * y) / n2)))
+
+
+def quat_to_rpy(quat) -> np.ndarray:
+    """Roll, pitch, yaw (ZYX Euler, rad) of a w, x, y, z quaternion, as the IMU reports rpy."""
+    w, x, y, z = (float(v) for v in quat)
+    roll = math.atan2(2.0 * (w * x + y * z), 1.0 - 2.0 * (x * x + y * y))
+    pitch = math.asin(max(-1.0, min(1.0, 2.0 * (w * y - z * x))))
+    yaw = math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+    return np.array([roll, pitch, yaw])
+
+
+def fallen(base_height, quat, xp=np):
+    """The one fall criterion (batched): pelvis below FALL_HEIGHT_M or tilt beyond FALL_TILT_RAD."""
+    return (base_height < FALL_HEIGHT_M) | (upright_cos(quat, xp) < math.cos(FALL_TILT_RAD))
+
+
+FALL_DEFINITION = f"pelvis below {FALL_HEIGHT_M} m or tilted more than {math.degrees(FALL_TILT_RAD):.1f} deg"
