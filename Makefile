@@ -16,7 +16,7 @@ NET_IF ?=
 RUN ?=
 ARGS ?=
 
-.PHONY: setup test test-slow train export eval sim deploy calibrate bench clean lo-multicast
+.PHONY: setup lint-imports test test-slow train export eval sim deploy calibrate bench clean lo-multicast
 
 setup: $(STAMP)
 
@@ -36,8 +36,12 @@ lo-multicast:
 	@ip link show lo | grep -q MULTICAST || ip link set lo multicast on 2>/dev/null || \
 	  echo "warning: lo is not multicast-capable; run 'sudo ip link set lo multicast on' for DDS tests"
 
-test: setup lo-multicast
+test: setup lo-multicast lint-imports
 	$(PY) -m pytest -q $(ARGS)
+
+# The import contracts of pyproject.toml ([tool.importlinter]): layering, no jax outside train/.
+lint-imports: setup
+	.venv/bin/lint-imports --config pyproject.toml
 
 test-slow: setup lo-multicast
 	$(PY) -m pytest -q -m slow $(ARGS)
