@@ -40,7 +40,7 @@ from robots.model import STIFFNESS_TIMECONST
 from train import domain_rand as DR
 from train.bcg import BCGConfig, num_slots
 from train.env import EnvConfig, G1Env
-from train.motions import hold_pose_motion
+from motions import hold_pose_motion
 from train.rollout import rollout
 
 HORIZON = 8  # control steps (0.16 s): impact + stance

@@ -17,7 +17,7 @@ import pytest
 from mujoco import mjx
 
 from tests.test_env import nominal_cfg
-from train.motions import hold_pose_motion
+from motions import hold_pose_motion
 from train.bcg import BCGConfig, perturb_branches
 from train.env import G1Env
 from train.rollout import rollout
@@ -149,7 +149,7 @@ FD_SCRIPT = textwrap.dedent(
     import jax.numpy as jnp, numpy as np
     from tests.test_env import nominal_cfg
     from train.env import G1Env
-    from train.motions import hold_pose_motion
+    from motions import hold_pose_motion
     from train.rollout import rollout
     from robots import model as M
     # a smooth segment: lifted (no contact), joint friction loss and joint limits off (both are

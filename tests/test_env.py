@@ -16,7 +16,7 @@ from robots import g1
 from train import domain_rand as DR
 from train import rewards as R
 from train.env import EnvConfig, G1Env, stiff_contact
-from train.motions import hold_pose_motion
+from motions import hold_pose_motion
 
 N = 4
 
@@ -177,7 +177,7 @@ def test_domain_randomisation_ranges_and_model(env):
 
 
 def test_real_motion_builds_an_env():
-    motions = pytest.importorskip("train.motions")
+    motions = pytest.importorskip("motions")
     m = motions.load_motion("jump")
     e = G1Env(nominal_cfg(), m)
     assert e.episode_length == m.ref_q.shape[0] - 1

@@ -12,7 +12,7 @@ from policies.observation import MOTION_OBS_TERMS, obs_size, term_specs
 from robots import g1
 from train import export as E
 from train import networks as N
-from train.motions import load_motion
+from motions import load_motion
 
 SPECS = term_specs(MOTION_OBS_TERMS)
 NOBS = obs_size(SPECS)

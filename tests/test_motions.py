@@ -1,14 +1,18 @@
-"""Motions: YAML keyframes -> reference trajectories (train/motions.py)."""
+"""Motions: YAML keyframes -> reference trajectories (the motions package)."""
 import mujoco
 import numpy as np
 import pytest
 
+import motions as M
+from motions.__main__ import main as motions_cli
+from motions.reference import base_and_feet
+from motions.schema import parse_motion
 from robots import g1
 from robots import model as RM
-from train import motions as M
+from robots.physics import GRAVITY
 
 ALL = M.available_motions()
-G = M.GRAVITY
+G = GRAVITY
 
 
 def test_at_least_three_motions_including_jump():
@@ -42,11 +46,11 @@ def test_flight_is_ballistic_and_takeoff_touchdown_are_c1(name):
     acc = (h[inner + 1] - 2 * h[inner] + h[inner - 1]) / dt**2
     np.testing.assert_allclose(acc, -G, atol=1e-6)
     # C1 (in fact C2) through take-off and touch-down: evaluate the curve just either side
-    keys = M._parse(M.motion_path(name), __import__("yaml").safe_load(M.motion_path(name).read_text()))[1]
+    keys = parse_motion(M.motion_path(name), __import__("yaml").safe_load(M.motion_path(name).read_text()))[1]
     for t0, t1 in m.flight_windows:
         for tb in (t0, t1):
             eps = 1e-7
-            hh, vz, az, *_ = M._base_and_feet(keys, np.array([tb - eps, tb + eps]))
+            hh, vz, az, *_ = base_and_feet(keys, np.array([tb - eps, tb + eps]))
             assert abs(hh[1] - hh[0]) < 1e-5
             assert abs(vz[1] - vz[0]) < 1e-4, (tb, vz)
             assert abs(az[1] - az[0]) < 1e-3, (tb, az)
@@ -173,9 +177,52 @@ def test_malformed_file_names_file_and_field(tmp_path, text, field):
     assert str(p) in str(e.value) and field in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize(
+    "text, field, fix",
+    [
+        (GOOD.format(name="bad").replace("t: 1.0", "t: true"), "keyframes[1].t", "expected a finite number, got True"),
+        (GOOD.format(name="bad").replace("t: 1.0", "t: '1.0'"), "keyframes[1].t", "expected a finite number"),
+        (GOOD.format(name="bad").replace("pelvis_height: 0.70", "pelvis_height: .nan"), "keyframes[1].pelvis_height",
+         "expected a finite number"),
+        (GOOD.format(name="bad").replace("pelvis_height: 0.70", "pelvis_height: 1.5"), "keyframes[1].pelvis_height",
+         "1.5 is too large: it must be <= 1.2"),
+        (GOOD.format(name="bad").replace("t: 1.0", "t: 2.5"), "keyframes[1].t", "duration"),
+        (GOOD.format(name="bad") + "speed: 2\n", "speed", "unknown field; allowed: ["),
+        (GOOD.format(name="bad").replace("{joint_pos: 1.0}", "{}"), "reward_weights", "at least 1"),
+        (GOOD.format(name="bad").replace("pelvis_height: 0.70", "pelvis_height: 0.70, phase: jump"),
+         "keyframes[1].phase", "use 'stance' or 'flight'"),
+        (GOOD.format(name="bad").replace("pelvis_height: 0.785", "pelvis_height: 0.785, phase: flight"),
+         "keyframes[0].apex_foot_clearance", "missing (required for phase: flight)"),
+        (GOOD.format(name="bad").replace("pelvis_height: 0.70", "pelvis_height: 0.70, apex_foot_clearance: 0.1"),
+         "keyframes[1].apex_foot_clearance", "only allowed with phase: flight"),
+        ("- 1\n- 2\n", "<top level>", "expected a mapping, got list"),
+    ],
+)
+def test_schema_errors_name_field_and_fix(tmp_path, text, field, fix):
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    with pytest.raises(M.MotionError) as e:
+        M.load_motion_file(p)
+    msg = str(e.value)
+    assert msg.startswith(f"{p}: {field}: ") and fix in msg, msg
+
+
 def test_preview_plot(tmp_path):
     out = M.plot_motion(M.load_motion("jump"), tmp_path / "jump.png")
     assert out.stat().st_size > 10_000
+
+
+def test_preview_cli_prints_phases_and_writes_the_plot(tmp_path, capsys):
+    m = M.load_motion("jump")
+    assert motions_cli(["preview", "jump", "--out", str(tmp_path / "j.png")]) == 0
+    text = capsys.readouterr().out
+    assert (tmp_path / "j.png").stat().st_size > 10_000
+    assert f"{m.num_steps} frames" in text and "50 Hz" in text and str(list(m.flight_windows)) in text
+    (t0, t1), = m.flight_windows
+    phases = M.contact_phases(m)
+    assert [p for p, *_ in phases] == ["stance", "flight", "stance"]
+    assert phases[1][1:] == (t0, t1) and phases[0][1] == 0.0 and phases[-1][2] == m.duration
+    assert motions_cli(["preview", "moonwalk"]) == 2 and "available motions" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -13,7 +13,7 @@ from policies.observation import quat_rotate_inverse
 from train import domain_rand as DR
 from train.cli import PRESETS, TrainingDiverged, train
 from train.env import EnvConfig, G1Env
-from train.motions import MotionError, load_motion
+from motions import MotionError, load_motion
 from train.shac import SHACConfig
 
 # Compiling the SHAC iteration dominates (minutes on 2 cores), not the 2 iterations.

@@ -53,7 +53,7 @@ def build(motion_name: str, algo: str, preset: str, seed: int, stiffness: str | 
     from train.bcg import BCGConfig
     from train.domain_rand import DomainRandConfig
     from train.env import EnvConfig, G1Env
-    from train.motions import load_motion
+    from motions import load_motion
     from train.networks import ActorConfig, init_actor, make_actor_apply
     from train.rollout import rollout
     from train.shac import SHAC, SHACConfig, env_sharding
@@ -267,7 +267,7 @@ def main(argv=None) -> int:
                     help="override one preset setting, e.g. --set shac.num_envs=32 --set shac.actor_lr=3e-4 "
                          "(sections: shac, actor, bcg, env; repeatable; values parsed as YAML)")
     a = ap.parse_args(argv)
-    from train.motions import MotionError
+    from motions import MotionError
 
     try:
         overrides = parse_overrides(a.set)

@@ -477,7 +477,7 @@ def export_policy(params, cfg, obs_norm, motion, provenance_info: dict, out_dir:
 
 
 def export_run(run_dir, out_dir=None, checkpoint: str = "latest.npz", method: str = "auto") -> ExportResult:
-    from train.motions import load_motion
+    from motions import load_motion
 
     rp = load_run_params(run_dir, checkpoint)
     motion = load_motion(rp.motion)
@@ -495,7 +495,7 @@ def main(argv=None) -> int:
     ap.add_argument("--method", choices=["auto", "jax2onnx", "helper"], default="auto")
     args = ap.parse_args(argv)
     from policies.artifact import ArtifactError
-    from train.motions import MotionError
+    from motions import MotionError
 
     try:
         res = export_run(args.run, args.out, args.checkpoint, args.method)

@@ -1,0 +1,50 @@
+"""python -m motions list | preview <name or path.yaml> [--out PNG]
+
+`preview` prints the motion's duration, rate, frames, contact phases, flight windows and key
+numbers, and writes the preview plot (default runs/motions/<name>.png). Exit status 2 with the
+MotionError's message for an unknown or malformed motion.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from motions.library import available_motions, contact_phases, load_motion, summary
+from motions.motion import MotionError
+from motions.plot import plot_motion
+
+
+def _preview(name: str, out: str | None) -> int:
+    try:
+        m = load_motion(name)
+    except MotionError as e:
+        print(f"error: {e}")
+        return 2
+    png = plot_motion(m, out or Path("runs") / "motions" / f"{m.name}.png")
+    print(f"{m.name}: {m.duration} s at {1 / m.dt:g} Hz, {m.num_steps} frames ({m.source})")
+    for phase, t0, t1 in contact_phases(m):
+        print(f"  {phase:6s} {t0:6.2f} - {t1:6.2f} s")
+    print(f"  flight windows: {list(m.flight_windows)}")
+    for k, v in summary(m).items():
+        print(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
+    print(png)
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m motions", description="The G1 motion library.")
+    sub = ap.add_subparsers(dest="cmd")
+    sub.add_parser("list", help="list the available motions")
+    pv = sub.add_parser("preview", help="print a motion's phases and numbers and write its preview PNG")
+    pv.add_argument("motion", help="a motion name (see list) or a path to a .yaml file")
+    pv.add_argument("--out", help="PNG path (default runs/motions/<motion>.png)")
+    args = ap.parse_args(argv)
+    if args.cmd == "preview":
+        return _preview(args.motion, args.out)
+    for n in available_motions():
+        print(n)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

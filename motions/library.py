@@ -1,0 +1,113 @@
+"""The motion library: find, load and summarise motions.
+
+Motion files are `<name>.yaml` in this package's directory, or in $G1_MOTIONS_DIR when it is
+set, or in an explicit `root`. Loading is cached on (resolved path, mtime, dt), so an edited
+file is re-read and a loaded Motion is shared (its arrays are read-only).
+"""
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from motions.motion import Motion, MotionError
+from motions.reference import build_motion
+from motions.schema import parse_motion
+from robots import g1
+from robots.physics import GRAVITY
+
+MOTIONS_DIR = Path(__file__).resolve().parent
+MOTIONS_ENV_VAR = "G1_MOTIONS_DIR"
+
+
+def motions_dir() -> Path:
+    return Path(os.environ.get(MOTIONS_ENV_VAR, MOTIONS_DIR))
+
+
+def available_motions(root: str | os.PathLike | None = None) -> list[str]:
+    root = Path(root) if root else motions_dir()
+    return sorted(p.stem for p in root.glob("*.yaml")) if root.is_dir() else []
+
+
+def motion_path(name: str, root: str | os.PathLike | None = None) -> Path:
+    root = Path(root) if root else motions_dir()
+    p = root / f"{name}.yaml"
+    if not p.is_file():
+        raise MotionError(f"unknown motion {name!r}; available motions: {available_motions(root)} "
+                          f"(files in {root})")
+    return p
+
+
+def load_motion_file(path: str | os.PathLike, dt: float = g1.CONTROL_DT) -> Motion:
+    """The motion in the YAML file `path` (uncached); any problem is a MotionError naming the file."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise MotionError(f"{path}: not valid YAML: {e}") from e
+    except OSError as e:
+        raise MotionError(f"{path}: cannot read: {e}") from e
+    meta, keys = parse_motion(path, raw)
+    return build_motion(path, meta, keys, dt)
+
+
+@functools.lru_cache(maxsize=32)
+def _load_cached(path: str, mtime: float, dt: float) -> Motion:
+    return load_motion_file(path, dt)
+
+
+def load_motion(name: str, root: str | os.PathLike | None = None, dt: float = g1.CONTROL_DT) -> Motion:
+    """The motion `name` from motions/ (or `root`, or $G1_MOTIONS_DIR). A path to a .yaml also works."""
+    if str(name).endswith((".yaml", ".yml")) and Path(name).is_file():
+        p = Path(name)
+    else:
+        p = motion_path(str(name), root)
+    return _load_cached(str(p.resolve()), p.stat().st_mtime, dt)
+
+
+def hold_pose_motion(num_steps: int, name: str = "stand") -> Motion:
+    """Hold the default pose for `num_steps` control steps: the stand-in reference of tests and
+    benchmarks that need an env without a motion file (default reward weights)."""
+    def ro(a):
+        a.setflags(write=False)
+        return a
+
+    return Motion(name=name, duration=(num_steps - 1) * g1.CONTROL_DT,
+                  ref_q=ro(np.tile(np.asarray(g1.DEFAULT_JOINT_POS, float), (num_steps, 1))),
+                  ref_height=ro(np.full(num_steps, g1.DEFAULT_BASE_HEIGHT)),
+                  ref_foot_height=ro(np.zeros((num_steps, 2))), reward_weights={})
+
+
+def contact_phases(m: Motion) -> list[tuple[str, float, float]]:
+    """(phase, t_start, t_end) runs of "stance" / "flight" covering [0, duration], from the keyframe
+    times of the flight windows (both feet share the phase: flights are two-footed)."""
+    out, t = [], 0.0
+    for t0, t1 in m.flight_windows:
+        if t0 > t:
+            out.append(("stance", t, t0))
+        out.append(("flight", t0, t1))
+        t = t1
+    if t < m.duration or not out:
+        out.append(("stance", t, m.duration))
+    return out
+
+
+def summary(m: Motion) -> dict:
+    """Key numbers of a motion (apex, clearance, take-off velocity, flight time)."""
+    out = {"name": m.name, "duration_s": m.duration, "steps": m.num_steps,
+           "min_pelvis_height_m": float(m.ref_height.min()), "max_pelvis_height_m": float(m.ref_height.max())}
+    if m.flight_windows:
+        t0, t1 = m.flight_windows[0]
+        sel = m.flight_mask
+        out.update(
+            flight_time_s=t1 - t0, takeoff_velocity_mps=m.takeoff_velocity(),
+            apex_rise_m=m.takeoff_velocity() ** 2 / (2 * GRAVITY),
+            apex_pelvis_height_m=m.takeoff_heights[0] + m.takeoff_velocity() ** 2 / (2 * GRAVITY),
+            apex_foot_clearance_m=float(m.ref_foot_height[sel].max(axis=0).min()),
+            forward_distance_m=float(m.ref_foot_pos[-1, 0, 0] - m.ref_foot_pos[0, 0, 0]),
+        )
+    out["max_joint_speed_frac_of_limit"] = float((np.abs(m.ref_dq) / g1.VELOCITY_LIMIT).max())
+    return out
