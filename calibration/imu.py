@@ -22,8 +22,7 @@ import dataclasses
 import numpy as np
 
 from calibration.runlog import CalibrationError, RunLog
-
-GRAVITY = 9.81
+from robots.physics import GRAVITY
 
 
 @dataclasses.dataclass(frozen=True)

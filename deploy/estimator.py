@@ -46,8 +46,7 @@ import numpy as np
 
 from deploy.kinematics import G1LegKinematics
 from robots import g1
-
-GRAVITY = 9.81
+from robots.physics import GRAVITY
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The one observation builder, used by the MJX training env (jax arrays) and the deploy
 loop (numpy arrays). It takes the array module `xp` as an argument so this package never
 imports jax. Every term is a pure function of `ObsInputs`; the artifact lists the terms
-(name, size, scale) in order and both sides build the vector from that list.
+(name, size, scale) in order and both sides build the vector from that list. Orientation math
+(projected gravity, quaternion rotation, tilt) is robots.physics'.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 
 from robots import g1
+from robots import physics
 
 REF_LOOKAHEAD = 3  # reference observations for t+1..t+3 (shared/reference/bcg.md)
 
@@ -30,26 +32,6 @@ class ObsInputs(NamedTuple):
     ref_height: Any  # (..., REF_LOOKAHEAD) reference pelvis height at t+1..t+K
 
 
-def quat_rotate_inverse(quat, v, xp=np):
-    """Rotate world vector v into the frame of unit quaternion quat (w, x, y, z)."""
-    w = quat[..., :1]
-    u = quat[..., 1:4]
-    t = 2.0 * xp.cross(u, v)
-    return v - w * t + xp.cross(u, t)
-
-
-def projected_gravity(quat, xp=np):
-    g = xp.zeros(quat.shape[:-1] + (3,), dtype=quat.dtype) + xp.asarray([0.0, 0.0, -1.0], dtype=quat.dtype)
-    return quat_rotate_inverse(quat, g, xp)
-
-
-def upright_cos(quat, xp=np):
-    """Cosine of the tilt: the world z component of the body z axis, = -projected_gravity(quat)[..., 2],
-    for w, x, y, z quaternions of any non-zero norm (closed form, cheap enough for a 500 Hz check)."""
-    x, y = quat[..., 1], quat[..., 2]
-    return 1.0 - 2.0 * (x * x + y * y) / xp.sum(quat * quat, axis=-1)
-
-
 def _flat(x, xp):
     return xp.reshape(x, x.shape[:-2] + (x.shape[-2] * x.shape[-1],))
 
@@ -67,7 +49,7 @@ class TermDef:
 
 TERMS: dict[str, TermDef] = {
     "base_ang_vel": TermDef(3, 0.25, lambda s, xp: s.gyro, "pelvis IMU gyroscope, rad/s"),
-    "projected_gravity": TermDef(3, 1.0, lambda s, xp: projected_gravity(s.quat, xp), "gravity unit vector in the pelvis frame"),
+    "projected_gravity": TermDef(3, 1.0, lambda s, xp: physics.projected_gravity(s.quat, xp), "gravity unit vector in the pelvis frame"),
     "joint_pos": TermDef(29, 1.0, lambda s, xp: s.q - xp.asarray(_DEFAULT_Q, dtype=s.q.dtype), "q - default_joint_pos, rad"),
     "joint_vel": TermDef(29, 0.05, lambda s, xp: s.dq, "joint velocity, rad/s"),
     "last_action": TermDef(29, 1.0, lambda s, xp: s.last_action, "previous action"),

@@ -1,9 +1,10 @@
 """Pure limit functions: what a joint command may be, given the robot's measured state.
 
 No I/O, no clocks: every function maps arrays to arrays. The command the drives apply is
-    tau = tau_ff + kp (q* - q) + kd (dq* - dq)        (shared/reference/unitree_g1.md)
-and this toolkit always sends dq* = 0, tau_ff = 0, so the torque a target implies is
-    tau = kp (q* - q) - kd dq.
+robots.physics.pd_torque, tau = tau_ff + kp (q* - q) + kd (dq* - dq), and this toolkit always
+sends dq* = 0, tau_ff = 0, so the torque a target implies is
+    tau = kp (q* - q) - kd dq        (`implied_torque`).
+Tilt is robots.physics.tilt_angle (the IMU quaternion's angle from the vertical).
 
 Invariants of `safe_target` (proved by tests/test_safety_properties.py with hypothesis), for
 any finite proposal, any finite measured state and a previous target inside the soft limits:
@@ -18,13 +19,12 @@ Non-finite proposals or states are not repaired: `check_command` returns a Trip 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import NamedTuple
 
 import numpy as np
 
-from policies.observation import upright_cos
 from robots import g1
+from robots.physics import pd_torque, tilt_angle
 
 # Soft joint limits: 5 % of each joint's range inside the hard limits, at most 0.1 rad.
 SOFT_LIMIT_FRACTION = 0.05
@@ -119,7 +119,8 @@ def torque_interval(q: np.ndarray, dq: np.ndarray, kp: np.ndarray, kd: np.ndarra
 
 
 def implied_torque(q_target, q, dq, kp, kd):
-    return kp * (q_target - q) - kd * dq
+    """The drive torque of a position command (dq* = 0, tau_ff = 0, before the drive's own clip)."""
+    return pd_torque(q_target, q, dq, kp, kd)
 
 
 def rate_interval(prev: np.ndarray, limits: Limits):
@@ -143,15 +144,6 @@ def safe_target(proposed: np.ndarray, q: np.ndarray, dq: np.ndarray, prev: np.nd
         lo = np.where(empty, np.where(t_hi < f_lo, f_lo, f_hi), lo)
         hi = np.where(empty, lo, hi)
     return np.minimum(np.maximum(proposed, lo), hi)
-
-
-def tilt_angle(quat: np.ndarray) -> float:
-    """Angle (rad) between the pelvis z axis and the world vertical, from the w,x,y,z quaternion."""
-    quat = np.asarray(quat, dtype=float)
-    n2 = float(quat @ quat)
-    if not np.isfinite(n2) or n2 < 1e-12:
-        return float("nan")
-    return math.acos(min(1.0, max(-1.0, float(upright_cos(quat)))))  # 500 Hz: no np.clip on a scalar
 
 
 def check_command(q: np.ndarray, dq: np.ndarray, quat: np.ndarray, proposed: np.ndarray | None,

@@ -24,7 +24,7 @@ from deploy.loop import boost_process
 from deploy.sim_bridge import launch_bridge_process
 from deploy.sim_msgs import SimClient
 from robots import g1
-from safety import tilt_angle
+from robots.physics import tilt_angle
 from safety.limits import TILT_LIMIT
 from tests.test_deploy_support import (T_HOLD, T_POLICY, assert_damping_run, finish, nan_policy_artifact, sim_args,
                                        sleep_until, start_and_wait_stand_up, start_cli, wait_until)

@@ -13,6 +13,7 @@ import pytest
 
 from policies import observation as O
 from robots import g1
+from robots import physics as P
 from train import domain_rand as DR
 from train import rewards as R
 from train.env import EnvConfig, G1Env, stiff_contact
@@ -58,7 +59,7 @@ def test_reset_pose_feet_on_floor_and_observation_contract(env, state0):
     T = env.motion.ref_q.shape[0]
     inp = O.ObsInputs(
         gyro=d.qvel[3:6], quat=d.qpos[3:7], q=d.qpos[env.qadr], dq=d.qvel[env.dadr], last_action=np.zeros(29),
-        base_lin_vel=O.quat_rotate_inverse(d.qpos[3:7], d.qvel[0:3]), base_height=np.asarray(d.qpos[2]),
+        base_lin_vel=P.quat_rotate_inverse(d.qpos[3:7], d.qvel[0:3]), base_height=np.asarray(d.qpos[2]),
         phase=np.asarray(0.0), ref_q=env.motion.ref_q[1:4], ref_height=env.motion.ref_height[1:4])
     expected = O.build_observation(O.term_specs(), inp)
     assert env.observation_size == expected.shape[-1] == O.obs_size(env.obs_specs)

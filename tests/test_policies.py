@@ -8,10 +8,10 @@ import pytest
 import yaml
 
 from policies import artifact as A
-from policies.observation import (MOTION_OBS_TERMS, ObsInputs, build_observation, projected_gravity,
-                                  quat_rotate_inverse, reference_window, term_specs, upright_cos)
+from policies.observation import MOTION_OBS_TERMS, ObsInputs, build_observation, reference_window, term_specs
 from policies.stand import write_stand_artifact
 from robots import g1
+from robots.physics import projected_gravity, quat_rotate_inverse, upright_cos
 
 
 @pytest.fixture()
@@ -153,3 +153,39 @@ def test_provenance_git_commit_marks_uncommitted_changes(tmp_path):
     assert A._git_commit(tmp_path) == head
     (tmp_path / "jump.yaml").write_text("a: 2\n")  # a motion edited after the commit
     assert A._git_commit(tmp_path) == head + "-dirty"
+
+
+# ---------------------------------------------------------------------- the policy runtime's pure functions
+
+
+def test_runtime_phase_and_hold_blend_hand_computed():
+    from policies.runtime import hold_blend, motion_phase, motion_steps
+
+    assert motion_steps(4.6, 0.02) == 230
+    assert motion_phase(0, 0.02, 4.0) == 0.0 and motion_phase(100, 0.02, 4.0) == pytest.approx(0.5)
+    assert motion_phase(500, 0.02, 4.0) == 1.0 and motion_phase(-3, 0.02, 4.0) == 0.0
+    frm, home = np.full(29, 1.0), np.zeros(29)
+    np.testing.assert_allclose(hold_blend(frm, home, 0.0, 0.5), 1.0)
+    np.testing.assert_allclose(hold_blend(frm, home, 0.125, 0.5), 0.75)
+    np.testing.assert_allclose(hold_blend(frm, home, 0.5, 0.5), 0.0)
+    np.testing.assert_allclose(hold_blend(frm, home, 9.0, 0.5), 0.0)
+    np.testing.assert_allclose(hold_blend(frm, home, 0.0, 0.0), 0.0)  # no blend: the default pose at once
+
+
+def test_runtime_observation_inputs_numpy_equals_jax():
+    """The training env's observe calls observation_inputs on jax arrays: same phase and window."""
+    jnp = pytest.importorskip("jax.numpy")
+    from policies.runtime import observation_inputs
+
+    rng = np.random.default_rng(2)
+    s = _inputs(rng)
+    ref_q, ref_h = rng.normal(size=(12, 29)), rng.normal(size=12)
+    state = {k: getattr(s, k) for k in ("gyro", "quat", "q", "dq", "last_action", "base_lin_vel", "base_height")}
+    for step in (0, 5, 11):
+        a = observation_inputs(step, ref_q, ref_h, 0.02, 0.24, **state)
+        b = observation_inputs(jnp.int32(step), jnp.asarray(ref_q, jnp.float32), jnp.asarray(ref_h, jnp.float32),
+                               0.02, 0.24, **{k: jnp.asarray(v, jnp.float32) for k, v in state.items()}, xp=jnp)
+        assert b.phase.dtype == jnp.float32
+        assert float(a.phase) == pytest.approx(min(step * 0.02 / 0.24, 1.0))
+        for x, y in zip(a, b):
+            np.testing.assert_allclose(np.asarray(y), x, atol=1e-6)

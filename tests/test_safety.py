@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 
 from robots import g1
+from robots.physics import tilt_angle
 from safety import (Command, Limits, SafetyMonitor, Trip, WatchdogConfig, check_command, damping_command,
-                    implied_torque, safe_target, soft_limits, tilt_angle, torque_interval)
+                    implied_torque, safe_target, soft_limits, torque_interval)
 
 N = g1.NUM_MOTORS
 UP = np.array([1.0, 0, 0, 0])
