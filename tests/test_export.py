@@ -10,6 +10,7 @@ from policies import artifact as A
 from policies.action import action_to_joint_target
 from policies.observation import MOTION_OBS_TERMS, obs_size, term_specs
 from robots import g1
+from train import checkpoint as C
 from train import export as E
 from train import networks as N
 from motions import load_motion
@@ -72,13 +73,12 @@ def test_residual_off_and_grad(small):
     assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(g))
 
 
-@pytest.mark.parametrize("method", ["helper", "jax2onnx"])
-def test_onnx_parity(small, jump, method):
+def test_onnx_parity(small, jump):
     cfg, params, norm = small
     rng = np.random.default_rng(4)
     obs = np.concatenate([rng.normal(0, 2, (64, NOBS)), E.realistic_observations(jump, MOTION_OBS_TERMS, rng)]).astype(np.float32)
-    model, used, err = E.to_onnx_checked(params, cfg, norm, NOBS, obs, method=method)
-    assert used == method and err < 1e-5
+    model, err = E.to_onnx_checked(params, cfg, norm, NOBS, obs)
+    assert err < 1e-5
     # NaN in the observation reaches the output (deploy's safety layer must see it)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     x = obs[:2].copy()
@@ -92,26 +92,26 @@ def test_parity_failure_raises(small, jump, monkeypatch):
     obs = np.zeros((4, NOBS), np.float32)
     monkeypatch.setattr(E, "parity", lambda *a, **k: 1e-2)
     with pytest.raises(E.ExportError, match="differs from JAX"):
-        E.to_onnx_checked(params, cfg, norm, NOBS, obs, method="helper")
+        E.to_onnx_checked(params, cfg, norm, NOBS, obs)
 
 
-def test_jax2onnx_failure_falls_back_to_helper(small, monkeypatch):
+def test_jax2onnx_failure_is_a_clear_export_error(small, monkeypatch):
+    """jax2onnx is the only converter (no hand-written second network): its failure names it."""
     cfg, params, norm = small
     def boom(*a, **k):
         raise NotImplementedError("no plugin for primitive foo")
-    monkeypatch.setattr(E, "onnx_via_jax2onnx", boom)
-    with pytest.warns(UserWarning, match="falling back"):
-        _, used, err = E.to_onnx_checked(params, cfg, norm, NOBS, np.zeros((2, NOBS), np.float32))
-    assert used == "helper" and err < 1e-5
+    monkeypatch.setattr(E, "to_onnx", boom)
+    with pytest.raises(E.ExportError, match="jax2onnx could not convert.*primitive foo"):
+        E.to_onnx_checked(params, cfg, norm, NOBS, np.zeros((2, NOBS), np.float32))
 
 
 def test_export_policy_writes_a_loadable_artifact(small, jump, tmp_path):
     cfg, params, norm = small
     res = E.export_policy({"net": params, "log_std": jnp.zeros(29)}, cfg, norm, jump,
-                          {"algorithm": "test", "seed": 3, "iterations": 7}, tmp_path / "jump", method="helper")
+                          {"algorithm": "test", "seed": 3, "iterations": 7}, tmp_path / "jump")
     art = A.load_artifact(res.path)
     assert art.spec.motion.name == "jump" and art.spec.provenance["iterations"] == 7
-    assert art.spec.provenance["onnx_converter"] == "helper" and res.parity_max_abs < 1e-4
+    assert art.spec.provenance["onnx_converter"] == "jax2onnx" and res.parity_max_abs < 1e-4
     np.testing.assert_allclose(art.ref_q, jump.ref_q, atol=1e-6)
     sess = ort.InferenceSession(art.onnx_bytes, providers=["CPUExecutionProvider"])
     obs = E.realistic_observations(jump, [t.name for t in art.spec.observation], np.random.default_rng(1), n=5)
@@ -132,23 +132,23 @@ def test_checkpoint_round_trip_atomic_and_refuses_nan(small, tmp_path):
     obs_norm = Norm(np.float32(10), norm["mean"], norm["var"])
     actor = {"net": params, "log_std": jnp.full(29, -0.5)}
     extra = {"critics": [{"w": np.ones((2, 3))}], "opt": Norm(np.int32(3), np.zeros(2), np.ones(2))}
-    p = E.save_checkpoint(tmp_path / "checkpoints" / "latest.npz", actor, obs_norm, 42, {"reward": 1.5},
+    p = C.save_checkpoint(tmp_path / "checkpoints" / "latest.npz", actor, obs_norm, 42, {"reward": 1.5},
                           extra=extra, meta={"actor": cfg.to_dict()})
     assert [f.name for f in p.parent.iterdir()] == ["latest.npz"]  # no temp file left behind
-    ck = E.load_checkpoint(p)
+    ck = C.load_checkpoint(p)
     assert ck.step == 42 and ck.metrics == {"reward": 1.5} and ck.meta["actor"]["hidden"] == [32, 16]
     for a, b in zip(jax.tree.leaves(ck.net_params), jax.tree.leaves(params)):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(ck.log_std, np.full(29, -0.5, np.float32))
     np.testing.assert_array_equal(ck.obs_norm["var"], norm["var"])
     assert ck.extra["opt"]["count"] == 3  # NamedTuple -> dict without a template
-    ck2 = E.load_checkpoint(p, extra_template=extra)
+    ck2 = C.load_checkpoint(p, extra_template=extra)
     assert type(ck2.extra["opt"]) is Norm
     # a diverged state is refused and the good checkpoint stays
     bad = jax.tree.map(lambda x: x * np.nan, actor)
-    with pytest.raises(E.ExportError, match="non-finite"):
-        E.save_checkpoint(p, bad, obs_norm, 43)
-    assert E.load_checkpoint(p).step == 42
+    with pytest.raises(C.CheckpointError, match="non-finite"):
+        C.save_checkpoint(p, bad, obs_norm, 43)
+    assert C.load_checkpoint(p).step == 42
     assert [f.name for f in p.parent.iterdir()] == ["latest.npz"]
 
 
@@ -158,9 +158,9 @@ def test_export_run_cli(small, tmp_path, capsys):
     (run / "checkpoints").mkdir(parents=True)
     (run / "config.yaml").write_text(yaml.safe_dump({"motion": "jump", "algo": "bcg", "seed": 5,
                                                       "actor": {"hidden": [32, 16]}}))
-    E.save_checkpoint(run / "checkpoints" / "latest.npz", {"net": params, "log_std": np.zeros(29)}, norm, 12)
+    C.save_checkpoint(run / "checkpoints" / "latest.npz", {"net": params, "log_std": np.zeros(29)}, norm, 12)
     out = tmp_path / "artifact"
-    assert E.main(["--run", str(run), "--out", str(out), "--method", "helper"]) == 0
+    assert E.main(["--run", str(run), "--out", str(out)]) == 0
     art = A.load_artifact(out)
     assert art.spec.provenance["algorithm"] == "bcg" and art.spec.provenance["seed"] == 5
     assert art.spec.provenance["iterations"] == 12

@@ -9,11 +9,12 @@ import pytest
 
 from deploy.policy_runner import PolicyRunner
 from policies import artifact as A
-from policies.observation import quat_rotate_inverse
-from train import domain_rand as DR
-from train.cli import PRESETS, TrainingDiverged, train
-from train.env import EnvConfig, G1Env
+from robots.physics import quat_rotate_inverse
 from motions import MotionError, load_motion
+from train import domain_rand as DR
+from train.config import PRESETS, preset
+from train.env import EnvConfig, G1Env
+from train.pipeline import run as train_run
 from train.shac import SHACConfig
 
 # Compiling the SHAC iteration dominates (minutes on 2 cores), not the 2 iterations.
@@ -24,12 +25,16 @@ TINY = {"shac": {"num_envs": 2, "horizon": 2, "critic_hidden": (16,), "critic_it
         "actor": {"hidden": (16,)}}
 
 
+def tiny(iterations: int, motion: str = "jump"):
+    return preset("cpu", motion=motion, algo="shac", seed=0).with_overrides(
+        {**TINY, "shac": {**TINY["shac"], "iterations": iterations}})
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     out = root / "artifact"
-    run = train("jump", "shac", "cpu", seed=0, iterations=2, run_root=root, export_dir=str(out),
-                checkpoint_every=1, overrides=TINY, progress=False)
+    run = train_run(tiny(2), run_root=root, export_dir=str(out), checkpoint_every=1, progress=False)
     return run, out
 
 
@@ -52,14 +57,13 @@ def test_pipeline_train_export_run_in_deploy_runner(trained):
 
 def test_resume_continues_from_checkpoint(trained):
     run, out = trained
-    train("jump", "shac", "cpu", seed=0, iterations=3, resume=str(run), export_dir=str(out), overrides=TINY,
-          progress=False)
+    train_run(tiny(3), resume=str(run), export_dir=str(out), progress=False)
     lines = (run / "metrics.csv").read_text().strip().splitlines()
     assert len(lines) == 4 and lines[-1].split(",")[lines[0].split(",").index("iteration")] == "3"
     # the learning rate continues the 3-iteration schedule from where the checkpoint left it
     lr = float(lines[-1].split(",")[lines[0].split(",").index("actor_lr")])
-    cfg = PRESETS["cpu"]["shac"]
-    assert lr == pytest.approx(cfg["actor_lr"] + 2 / 3 * (SHACConfig.lr_final - cfg["actor_lr"]), rel=1e-6)
+    cfg = PRESETS["cpu"].shac
+    assert lr == pytest.approx(cfg.actor_lr + 2 / 3 * (SHACConfig.lr_final - cfg.actor_lr), rel=1e-6)
 
 
 def test_env_and_deploy_build_the_same_observation():
@@ -83,7 +87,7 @@ def test_env_and_deploy_build_the_same_observation():
 
 def test_unknown_motion_lists_available():
     with pytest.raises(MotionError, match="jump"):
-        train("moonwalk", "shac", "cpu", iterations=1)
+        train_run(preset("cpu", motion="moonwalk", algo="shac"))
 
 
 @pytest.mark.slow
@@ -95,8 +99,8 @@ def test_short_training_run_improves_reward_and_falls(tmp_path):
     reward and 3.7 -> 1.9 falls from iterations 0-49 to 150-199; 6.15 and 2.8 at 100-149). A 200-iteration schedule decays
     the learning rate 4x faster and improves only half as much (4.17 -> 4.20, 3.7 -> 2.9, measured
     with the earlier foot_height weight 1)."""
-    run = train("jump", "bcg", "cpu", seed=0, run_root=tmp_path, export_dir=str(tmp_path / "a"),
-                time_budget_s=600, progress=False)
+    run = train_run(preset("cpu", motion="jump", algo="bcg", seed=0), run_root=tmp_path,
+                    export_dir=str(tmp_path / "a"), time_budget_s=600, progress=False)
     import csv
 
     rows = list(csv.DictReader((run / "metrics.csv").open()))

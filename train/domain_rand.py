@@ -17,6 +17,7 @@ import numpy as np
 from mujoco import mjx
 
 from robots import g1
+from robots.randomization import TRAINING, TRAINING_CPU, ParamRanges
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,13 +25,14 @@ class DomainRandConfig:
     """Ranges are uniform [lo, hi]; `enabled=False` switches everything off at once.
 
     Each item is also off-able alone: a range (1, 1) / (f, f), latency prob 0, push prob 0.
+    The four physics ranges default to robots.randomization.TRAINING (defined there once).
     """
 
     enabled: bool = True
-    friction: tuple[float, float] = (0.4, 1.0)  # foot-floor sliding friction
-    mass_scale: tuple[float, float] = (0.9, 1.1)  # per link, mass and inertia scaled together
-    kp_scale: tuple[float, float] = (0.9, 1.1)  # per motor
-    kd_scale: tuple[float, float] = (0.9, 1.1)  # per motor
+    friction: tuple[float, float] = TRAINING.friction  # foot-floor sliding friction
+    mass_scale: tuple[float, float] = TRAINING.mass_scale  # per link, mass and inertia scaled together
+    kp_scale: tuple[float, float] = TRAINING.kp_scale  # per motor
+    kd_scale: tuple[float, float] = TRAINING.kd_scale  # per motor
     action_latency_prob: float = 0.2  # probability an env applies the previous action (1 control step late)
     push_prob: float = 0.01  # per control step (0.01 at 50 Hz: one push every ~2 s)
     push_vel: float = 0.3  # m/s, max horizontal velocity kick of the pelvis
@@ -38,6 +40,15 @@ class DomainRandConfig:
     @classmethod
     def off(cls) -> "DomainRandConfig":
         return cls(enabled=False)
+
+    @classmethod
+    def from_ranges(cls, ranges: ParamRanges, **kw) -> "DomainRandConfig":
+        """The physics ranges of a robots.randomization set, plus latency/push settings in kw."""
+        return cls(**{f.name: getattr(ranges, f.name) for f in dataclasses.fields(ranges)}, **kw)
+
+
+# The cpu preset's randomisation: robots.randomization.TRAINING_CPU, rarer latency, softer pushes.
+CPU = DomainRandConfig.from_ranges(TRAINING_CPU, action_latency_prob=0.1, push_vel=0.2)
 
 
 @jax.tree_util.register_dataclass

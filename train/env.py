@@ -7,15 +7,16 @@ and the incoming state).
 
 - Control at 1 / control_dt (50 Hz) with `substeps` physics steps (4 -> 200 Hz). At every
   substep the PD runs exactly as on the robot's drives:
-  tau = clip(kp * (q* - q) - kd * dq, +-TORQUE_LIMIT), q* = action_to_joint_target(action),
-  kp/kd = g1.KP/g1.KD times the environment's randomised scales.
+  robots.physics.pd_torque (tau = kp (q* - q) - kd dq, clipped to +-TORQUE_LIMIT),
+  q* = action_to_joint_target(action), kp/kd = g1.KP/g1.KD times the environment's randomised scales.
 - Contact stiffness is one knob (`EnvConfig.stiffness`, see robots/model.py); it lives in the
   per-environment `EnvParams` (train/domain_rand.py) so it can be changed without recompiling.
 - Observations come from the one builder in policies/observation.py: base_lin_vel in the
   pelvis frame and pelvis height from the true state, optionally noised.
 - Reward (train/rewards.py) against the reference row of the time reached after the step.
-- done = fall (pelvis low, tilted, or non-finite state) or end of motion; truncated = end of
-  motion. `step` does NOT auto-reset: train/rollout.py does (stop_gradient through the reset).
+- done = fall (robots.physics.fallen, the one fall criterion, or a non-finite state; optionally
+  a pelvis height too far from the reference) or end of motion; truncated = end of motion.
+  `step` does NOT auto-reset: train/rollout.py does (stop_gradient through the reset).
 - Link positions (foot heights) come from the last substep's forward pass, i.e. they lag the
   returned qpos by one physics substep (5 ms); qpos/qvel-derived quantities are exact.
 """
@@ -31,9 +32,11 @@ import numpy as np
 from mujoco import mjx
 
 from policies import observation as O
+from policies import runtime as PR
 from policies.action import ACTION_SCALE, action_to_joint_target
 from robots import g1
 from robots import model as M
+from robots import physics as P
 from train import domain_rand as DR
 from train import rewards as R
 
@@ -64,9 +67,8 @@ class EnvConfig:
     control_dt: float = g1.CONTROL_DT
     action_scale: float = ACTION_SCALE
     obs_noise: float = 1.0  # multiplier of OBS_NOISE; 0 switches noise off
-    min_base_height: float = 0.4  # m: fall below it
-    max_tilt: float = 1.0  # rad between the pelvis z axis and the vertical: fall beyond it
-    max_height_error: float | None = None  # m, |h - h*| beyond it ends the episode (None: off)
+    obs_terms: tuple[str, ...] = tuple(O.MOTION_OBS_TERMS)  # the observation layout, in order
+    max_height_error: float | None = None  # m, |h - h*| beyond it also ends the episode (None: off)
     stiff_force: float = 400.0  # N per foot sphere: the `stiff_contact` metric (BCG has its own tau)
     foot_friction: float = 0.6  # nominal, used when domain randomisation is off
     domain_rand: DR.DomainRandConfig = DR.DomainRandConfig()
@@ -116,7 +118,7 @@ class G1Env:
         """`mj_model`: optional prebuilt training model (e.g. with calibrated or test-modified
         parameters) instead of building it from cfg; it must be the feet-only G1 of robots/model.py."""
         if motion is None:
-            raise ValueError("G1Env needs a motion (train/motions.py), e.g. motions.load('jump')")
+            raise ValueError("G1Env needs a motion (the motions package), e.g. motions.load_motion('jump')")
         self.cfg = cfg
         self.motion = motion
         ref_q = np.asarray(motion.ref_q, dtype=float)
@@ -129,7 +131,7 @@ class G1Env:
                 f"with T >= 2, got {ref_q.shape}, {ref_h.shape}, {ref_f.shape}"
             )
         self.episode_length = T - 1  # control steps from frame 0 to the last frame
-        # Optional references (train/motions.py provides them); derived when absent.
+        # Optional references (the motions package provides them); derived when absent.
         ref_dq = getattr(motion, "ref_dq", None)
         ref_dq = np.gradient(ref_q, cfg.control_dt, axis=0) if ref_dq is None else np.asarray(ref_dq, float)
         ref_v = getattr(motion, "ref_base_lin_vel", None)
@@ -204,7 +206,7 @@ class G1Env:
         self._kd = jnp.asarray(g1.KD, fdt)
         self._lim = jnp.asarray(g1.TORQUE_LIMIT, fdt)
         self._nominal = DR.nominal_params(m.nbody, cfg.foot_friction, self.timeconst)
-        self.obs_specs = O.term_specs()
+        self.obs_specs = O.term_specs(tuple(cfg.obs_terms))
         self.observation_size = O.obs_size(self.obs_specs)
         self._metric_zeros = None
 
@@ -227,7 +229,7 @@ class G1Env:
         qpos, qvel = state.data.qpos, state.data.qvel
         quat = qpos[3:7]
         gyro = qvel[3:6]  # free joint angular velocity is in the pelvis frame
-        lin = O.quat_rotate_inverse(quat, qvel[0:3], xp=jnp)
+        lin = P.quat_rotate_inverse(quat, qvel[0:3], xp=jnp)
         q, dq, h = qpos[self.qadr], qvel[self.dadr], qpos[2]
         if cfg.obs_noise > 0:
             k = jax.random.split(jax.random.fold_in(state.rng, 7), 6)
@@ -237,21 +239,20 @@ class G1Env:
                                    u(k[3], lin, "base_lin_vel"), u(k[4], h, "base_height"))
             quat = u(k[5], quat, "quat")
             quat = quat / jnp.linalg.norm(quat)
-        ref_q, ref_h = O.reference_window(self._ref_q, self._ref_h, state.step, xp=jnp)
-        phase = jnp.clip(state.step * cfg.control_dt / self.duration, 0.0, 1.0).astype(qpos.dtype)
-        inputs = O.ObsInputs(gyro=gyro, quat=quat, q=q, dq=dq, last_action=state.last_action,
-                             base_lin_vel=lin, base_height=h, phase=phase, ref_q=ref_q, ref_height=ref_h)
+        # phase and reference window: the deploy/eval runtime's definitions, on jax arrays
+        inputs = PR.observation_inputs(state.step, self._ref_q, self._ref_h, cfg.control_dt, self.duration,
+                                       gyro=gyro, quat=quat, q=q, dq=dq, last_action=state.last_action,
+                                       base_lin_vel=lin, base_height=h, xp=jnp)
         return O.build_observation(self.obs_specs, inputs, xp=jnp)
 
     def fell(self, data: mjx.Data, step: jax.Array) -> jax.Array:
-        """Termination by falling: pelvis too low, tilted too far, non-finite state (or, if
-        configured, pelvis height too far from the reference)."""
+        """Termination by falling: robots.physics.fallen (the one criterion), a non-finite state
+        (or, if configured, pelvis height too far from the reference)."""
         cfg = self.cfg
         qpos, qvel = data.qpos, data.qvel
         h = qpos[2]
-        grav = O.projected_gravity(qpos[3:7], xp=jnp)
         finite = jnp.all(jnp.isfinite(qpos)) & jnp.all(jnp.isfinite(qvel))
-        out = (h < cfg.min_base_height) | (-grav[2] < np.cos(cfg.max_tilt)) | ~finite
+        out = P.fallen(h, qpos[3:7], xp=jnp) | ~finite
         if cfg.max_height_error is not None:
             out = out | (jnp.abs(h - self._ref_h[jnp.minimum(step, self.episode_length)]) > cfg.max_height_error)
         return out
@@ -262,7 +263,7 @@ class G1Env:
         i = jnp.minimum(step, self.episode_length)
         qpos, qvel = data.qpos, data.qvel
         q, h = qpos[self.qadr], qpos[2]
-        grav = O.projected_gravity(qpos[3:7], xp=jnp)
+        grav = P.projected_gravity(qpos[3:7], xp=jnp)
         feet = self.foot_heights(data)
         in_contact = jnp.stack([jnp.any(contact_force[self.sphere_foot == f] > R.CONTACT_FORCE) for f in (0, 1)])
         fell = self.fell(data, step)
@@ -321,7 +322,7 @@ class G1Env:
         data = state.data.replace(qvel=DR.maybe_push(k_push, state.data.qvel, p))
 
         def substep(d, _):
-            tau = jnp.clip(kp * (q_target - d.qpos[self.qadr]) - kd * d.qvel[self.dadr], -lim, lim)
+            tau = P.pd_torque(q_target, d.qpos[self.qadr], d.qvel[self.dadr], kp, kd, tau_max=lim, xp=jnp)
             d = mjx.step(mx, d.replace(ctrl=tau))
             return d, (self.sphere_forces(d), jnp.sum(tau ** 2))
 

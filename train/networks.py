@@ -11,7 +11,9 @@ exporter (ONNX graph), so the two cannot drift apart.
   of the `ref_joint_pos` observation term (q_ref(t+1) - default, rad, divided by the term's scale),
   so action * action_scale + default = q_ref(t+1) + residual * action_scale: a fresh policy tracks
   the reference, and zero MLP output gives exactly the reference target.
-- Deterministic mean action; the trainer owns the log-std for sampling (`init_log_std`).
+- Deterministic mean action; the trainer owns the log-std for sampling (SHACConfig.init_log_std).
+- action_scale, action_size, ref_index, ref_scale are DERIVED (the env's action scale and the
+  observation layout): train/config.py's TrainConfig sets them, never a user setting.
 
 Params are a plain dict pytree of jnp arrays:
     {"layers": [{"w": [in, out], "b": [out], "ln_g": [out], "ln_b": [out]}, ...],
@@ -33,6 +35,7 @@ from robots import g1
 
 LN_EPS = 1e-5
 NORM_EPS = 1e-8
+OBS_CLIP = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,9 +46,8 @@ class ActorConfig:
     residual_on_reference: bool = True
     action_scale: float = ACTION_SCALE
     action_size: int = g1.NUM_MOTORS
-    obs_clip: float = 5.0
+    obs_clip: float = OBS_CLIP  # the one clip of normalised observations (actor graph and critic inputs)
     out_init_scale: float = 0.01
-    init_log_std: float = 0.0  # the reference starts its learned std at 1.0
     # where ref_q(t+1) - default sits in the observation, and the term's scale (set by for_terms)
     ref_index: int = -1
     ref_scale: float = 1.0
@@ -108,10 +110,6 @@ def init_actor(rng: jax.Array, obs_size: int, cfg: ActorConfig) -> dict:
             layer.update(ln_g=jnp.ones(b, jnp.float32), ln_b=jnp.zeros(b, jnp.float32))
         layers.append(layer)
     return {"layers": layers, "out": _dense(keys[-1], sizes[-1], cfg.action_size, scale=cfg.out_init_scale)}
-
-
-def init_log_std(cfg: ActorConfig) -> jax.Array:
-    return jnp.full(cfg.action_size, cfg.init_log_std, jnp.float32)
 
 
 def norm_arrays(obs_norm: Any) -> tuple[Any, Any]:

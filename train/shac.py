@@ -18,6 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from train.networks import OBS_CLIP
+
 
 @dataclasses.dataclass(frozen=True)
 class SHACConfig:
@@ -40,7 +42,6 @@ class SHACConfig:
     init_log_std: float = 0.0  # learned action std starts at exp(0) = 1.0
     min_log_std: float = -5.0
     reward_scale: float = 1.0
-    obs_clip: float = 5.0
 
 
 # ----------------------------------------------------------------------------- observation normaliser
@@ -66,7 +67,7 @@ def obs_norm_update(norm: ObsNorm, batch: jax.Array) -> ObsNorm:
     return ObsNorm(tot, mean, m2 / tot)
 
 
-def obs_normalize(norm: ObsNorm, obs: jax.Array, clip: float = 5.0) -> jax.Array:
+def obs_normalize(norm: ObsNorm, obs: jax.Array, clip: float = OBS_CLIP) -> jax.Array:
     return jnp.clip((obs - norm.mean) / jnp.sqrt(norm.var + 1e-8), -clip, clip)
 
 
@@ -179,6 +180,7 @@ class SHAC:
     rollout_fn: Callable
     reset_fn: Callable[[jax.Array], Any]  # batched reset: rng -> env_state with N envs
     sharding: Any = None  # jax.sharding for the env axis (None: single device)
+    obs_clip: float = OBS_CLIP  # critic-input clip; pass the actor's (ActorConfig.obs_clip): one value for both
 
     def __post_init__(self):
         self.actor_tx = _adam(self.cfg.actor_lr, self.cfg, self.cfg.actor_grad_norm)
@@ -239,7 +241,7 @@ class SHAC:
 
         def actor_loss(actor):
             env_state, traj = self.rollout_fn(self.policy_fn(actor, norm), actor, ts.env_state, k_roll)
-            v_last = ensemble_value(ts.target_critics, obs_normalize(norm, traj["final_obs"], cfg.obs_clip))
+            v_last = ensemble_value(ts.target_critics, obs_normalize(norm, traj["final_obs"], self.obs_clip))
             ret = actor_objective(traj["reward"] * cfg.reward_scale, traj["done"], v_last, cfg.gamma)
             return -ret.mean() / cfg.horizon, (env_state, traj)
 
@@ -252,8 +254,8 @@ class SHAC:
         actor = optax.apply_updates(ts.actor, updates)
 
         traj = jax.lax.stop_gradient(traj)
-        obs_n = obs_normalize(norm, traj["obs"], cfg.obs_clip)
-        last_n = obs_normalize(norm, traj["final_obs"], cfg.obs_clip)
+        obs_n = obs_normalize(norm, traj["obs"], self.obs_clip)
+        last_n = obs_normalize(norm, traj["final_obs"], self.obs_clip)
         rew = traj["reward"] * cfg.reward_scale
         values = ensemble_value(ts.target_critics, obs_n)
         targets = td_lambda_targets(rew, traj["done"], values, ensemble_value(ts.target_critics, last_n),

@@ -1,0 +1,79 @@
+"""One training run end to end: run folder, the trainer function, checkpoints, export.
+
+    run_dir = run(preset("cpu", motion="jump"), export_dir=None)
+
+Writes runs/<motion>/<stamp>/ (config.yaml = the TrainConfig, metrics.csv, curves.png,
+checkpoints/latest.npz), calls train.trainer.train with a progress bar, a metrics logger and
+a checkpoint saver as its callbacks, then exports policies/g1/<motion>/ (or `export_dir`)
+from the returned params with the same TrainConfig's actor. `resume=<run dir>` continues that
+run from its latest checkpoint with the config given (the run's config.yaml is kept).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import jax
+
+from train import run_io
+from train.checkpoint import load_checkpoint, save_checkpoint
+from train.config import TrainConfig, save_config
+from train.env import G1Env
+from train.export import export_policy
+from train.trainer import make_trainer, resumable, train
+
+
+def run(cfg: TrainConfig, *, run_root: Path | None = None, resume: str | Path | None = None,
+        export_dir: str | Path | None = None, checkpoint_every: int = 25, progress: bool = True, tag: str = "",
+        time_budget_s: float | None = None) -> Path:
+    from tqdm import tqdm
+
+    from motions import load_motion
+
+    motion = load_motion(cfg.motion)
+    env = G1Env(cfg.env, motion)
+    trainer = make_trainer(cfg, env)
+    run_dir = Path(resume) if resume else run_io.new_run_dir(motion.name, run_root or run_io.RUNS_ROOT, tag or cfg.algo)
+    if not resume:
+        save_config(run_dir, cfg)
+    log = run_io.MetricsLog(run_dir / "metrics.csv")
+    ck_latest = run_dir / "checkpoints" / "latest.npz"
+    meta = {"motion": motion.name, "actor": cfg.actor.to_dict(), "obs_terms": list(cfg.obs_terms), "algo": cfg.algo,
+            "seed": cfg.seed, "devices": [str(d) for d in jax.devices()]}
+    s = trainer.cfg
+    start = load_checkpoint(ck_latest).step if resume else 0
+    if resume:
+        print(f"resumed {run_dir} at iteration {start}")
+    print(f"training {motion.name} with {'SHAC+BCG' if cfg.bcg.enabled else 'plain SHAC'} ({cfg.preset} preset): "
+          f"{s.num_envs} envs x {s.horizon} steps x {s.iterations} iterations on {jax.devices()}")
+    print(f"run folder: {run_dir}  (first iteration compiles: about 1-5 min on CPU)")
+    bar = tqdm(total=s.iterations, initial=start, disable=not progress, dynamic_ncols=True)
+
+    def on_progress(it: int, m: dict) -> None:
+        log.append(m)
+        bar.update(1)
+        bar.set_postfix(reward=f"{m['reward']:.3f}", ep_len=f"{m['episode_len']:.0f}", falls=int(m["falls"]),
+                        bundled=f"{m.get('bundled_frac', 0):.2f}")
+
+    def on_checkpoint(ts, it: int, m: dict) -> None:
+        save_checkpoint(ck_latest, ts.actor, ts.obs_norm, it, m, extra=resumable(ts), meta=meta)
+        run_io.plot_curves(run_dir / "metrics.csv", run_dir / "curves.png")
+
+    t0 = time.time()
+    try:
+        params, metrics = train(cfg, env, progress_fn=on_progress, checkpoint_fn=on_checkpoint,
+                                checkpoint_every=checkpoint_every, restore_from=ck_latest if resume else None,
+                                time_budget_s=time_budget_s, trainer=trainer)
+    finally:
+        bar.close()
+    if metrics["stopped"]:
+        print(f"stopped after {metrics['iterations']} iterations: {metrics['stopped']}; saving and exporting what was trained")
+    run_io.plot_curves(run_dir / "metrics.csv", run_dir / "curves.png")
+    res = export_policy(params.actor, cfg.actor, params.obs_norm, motion,
+                        {"algorithm": "shac+bcg" if cfg.bcg.enabled else "shac", "seed": cfg.seed,
+                         "iterations": metrics["iterations"], "preset": cfg.preset, "stiffness": cfg.stiffness,
+                         "run": str(run_dir), "wall_time_s": round(time.time() - t0, 1)},
+                        out_dir=export_dir, obs_terms=cfg.obs_terms)
+    print(f"done in {time.time() - t0:.0f} s; metrics: {run_dir / 'metrics.csv'}; curves: {run_dir / 'curves.png'}")
+    print(f"exported {res.path} (parity {res.parity_max_abs:.1e}, {res.method})")
+    return run_dir
