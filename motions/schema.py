@@ -106,24 +106,26 @@ def _allowed(loc: tuple) -> list[str]:
     return sorted(model.model_fields)
 
 
+_NOT_A_NUMBER = "expected a finite number, got {input!r}"
+_NOT_A_MAPPING = "expected a mapping, got {kind}"
+# pydantic error type -> what is wrong and the fix, in the words of the old hand-written checks
+_EXPLAIN = {
+    "missing": "missing (required)",
+    "extra_forbidden": "unknown field; allowed: {allowed}",
+    "float_type": _NOT_A_NUMBER, "finite_number": _NOT_A_NUMBER, "float_parsing": _NOT_A_NUMBER,
+    "greater_than_equal": "{input} is too small: it must be >= {ctx[ge]}",
+    "less_than_equal": "{input} is too large: it must be <= {ctx[le]}",
+    "model_type": _NOT_A_MAPPING, "dict_type": _NOT_A_MAPPING, "model_attributes_type": _NOT_A_MAPPING,
+    "literal_error": "{input!r}; use {ctx[expected]}",
+}
+
+
 def _explain(e: dict) -> str:
-    """One pydantic error -> what is wrong and the fix, in the words of the old hand-written checks."""
-    kind, value = e["type"], e.get("input")
-    if kind == "missing":
-        return "missing (required)"
-    if kind == "extra_forbidden":
-        return f"unknown field; allowed: {_allowed(e['loc'])}"
-    if kind in ("float_type", "finite_number", "float_parsing"):
-        return f"expected a finite number, got {value!r}"
-    if kind == "greater_than_equal":
-        return f"{value} is too small: it must be >= {e['ctx']['ge']}"
-    if kind == "less_than_equal":
-        return f"{value} is too large: it must be <= {e['ctx']['le']}"
-    if kind in ("model_type", "dict_type", "model_attributes_type"):
-        return f"expected a mapping, got {type(value).__name__}"
-    if kind == "literal_error":
-        return f"{value!r}; use {e['ctx']['expected']}"
-    return f"{e['msg']} (got {value!r})"
+    """One pydantic error -> the message part after "<file>: <field>: "."""
+    template = _EXPLAIN.get(e["type"], "{msg} (got {input!r})")
+    value = e.get("input")
+    return template.format(input=value, kind=type(value).__name__, ctx=e.get("ctx", {}), msg=e["msg"],
+                           allowed=_allowed(e["loc"]) if e["type"] == "extra_forbidden" else None)
 
 
 def _validation_error(path, exc: pydantic.ValidationError) -> MotionError:
