@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from policies.observation import upright_cos
+from robots.physics import upright_cos
 
 RUNS_DIR = Path(__file__).resolve().parent.parent / "runs" / "deploy"
 

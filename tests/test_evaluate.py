@@ -1,15 +1,19 @@
-"""Sim-to-sim evaluation (train/evaluate.py) on the committed `stand` and `jump` artifacts."""
+"""Sim-to-sim evaluation (eval/) on the committed `stand` and `jump` artifacts."""
 import json
 
 import numpy as np
 import pytest
 
+from eval import cli
+from eval import evaluate as EV
+from eval.config import EvalConfig, EvalError
+from eval.report import format_table
+from eval.sim import EvalSim, reference_key_positions
 from policies import artifact as A
-from train import evaluate as EV
 
 
 def test_stand_artifact_does_not_fall_and_writes_eval_json(tmp_path):
-    cfg = EV.EvalConfig(episodes=2, duration_s=1.0, hold_s=0.5, video=False)
+    cfg = EvalConfig(episodes=2, duration_s=1.0, hold_s=0.5, video=False)
     summary, out = EV.evaluate("stand", cfg, out_root=tmp_path, progress=False)
     data = json.loads((out / "eval.json").read_text())
     for key in ("episodes", "falls", "apex_foot_clearance_m", "tracking_error_cm", "penetration_mm"):
@@ -22,38 +26,38 @@ def test_stand_artifact_does_not_fall_and_writes_eval_json(tmp_path):
     # the per-episode randomisation is seeded and differs between episodes
     d0, d1 = (e["dr"] for e in data["per_episode"])
     assert d0["friction"] != d1["friction"]
-    table = EV.format_table(summary)
+    table = format_table(summary)
     assert "falls 0" in table
 
 
 def test_same_seed_same_result(tmp_path):
-    cfg = EV.EvalConfig(episodes=1, duration_s=0.4, hold_s=0.0, video=False, seed=7)
+    cfg = EvalConfig(episodes=1, duration_s=0.4, hold_s=0.0, video=False, seed=7)
     a, _ = EV.evaluate("stand", cfg, out_root=tmp_path / "a", progress=False)
     b, _ = EV.evaluate("stand", cfg, out_root=tmp_path / "b", progress=False)
     assert a["per_episode"][0]["tracking_error_cm"] == b["per_episode"][0]["tracking_error_cm"]
 
 
 def test_unknown_motion_lists_available_artifacts(capsys):
-    with pytest.raises(EV.EvalError) as e:
+    with pytest.raises(EvalError) as e:
         EV.resolve_artifact("moonwalk")
     assert "moonwalk" in str(e.value) and "stand" in str(e.value)
-    assert EV.main(["--motion", "moonwalk", "--no-video"]) == 2
+    assert cli.main(["--motion", "moonwalk", "--no-video"]) == 2
     assert "available artifacts" in capsys.readouterr().err
 
 
 def test_reference_fk_matches_stance(tmp_path):
     """The tracking metric's reference: home pose FK puts the feet where the model's home keyframe does."""
-    sim = EV._Sim()
+    sim = EvalSim()
     art = A.load_artifact(A.artifact_dir("stand"))
     T = art.ref_q.shape[0]
     base = np.stack([np.zeros(T), np.zeros(T), art.ref_height], 1)
-    ref = EV.reference_key_positions(sim, art.ref_q[:2].astype(float), base[:2])
+    ref = reference_key_positions(sim, art.ref_q[:2].astype(float), base[:2])
     sim.reset()
     np.testing.assert_allclose(ref[0], sim.d.xpos[sim.key_bodies], atol=1e-5)
 
 
 def test_video_or_notice(tmp_path, capsys):
-    cfg = EV.EvalConfig(episodes=1, duration_s=0.2, hold_s=0.0, video=True, video_fps=10)
+    cfg = EvalConfig(episodes=1, duration_s=0.2, hold_s=0.0, video=True, video_fps=10)
     summary, out = EV.evaluate("stand", cfg, out_root=tmp_path, progress=False)
     if summary["video"] is None:
         assert "skipping the video" in capsys.readouterr().out
@@ -68,7 +72,7 @@ def test_committed_jump_policy_lands_and_stands_in_randomised_c_mujoco(tmp_path)
     """The bar of the jump issue, on the committed artifact: 20 randomised episodes of `make eval`
     (seed 0): no fall, both feet >= 5 cm off the floor at the apex, standing still at the end.
     Also a guard that nobody commits a worse jump: the untrained actor falls in 17 of these 20."""
-    summary, _ = EV.evaluate("jump", EV.EvalConfig(episodes=20, video=False), out_root=tmp_path, progress=False)
+    summary, _ = EV.evaluate("jump", EvalConfig(episodes=20, video=False), out_root=tmp_path, progress=False)
     assert summary["artifact_provenance"]["iterations"] > 0  # a trained policy, not the zero residual
     assert summary["falls"] == 0, [e["fell_at_s"] for e in summary["per_episode"]]
     assert summary["stood_at_end"] == 20

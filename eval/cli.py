@@ -1,0 +1,37 @@
+"""`python -m eval --motion jump [--episodes 20] [--seed 0] [--no-dr] [--no-video] [--hold S]
+[--artifacts DIR] [--out DIR]` (`make eval MOTION=jump ARGS=...`): prints the table and the path
+of eval.json; exit 2 when the evaluation cannot run, 0 otherwise (falls included)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from eval.config import EVAL_ROOT, DRConfig, EvalConfig, EvalError
+from eval.evaluate import evaluate
+from eval.report import format_table
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m eval", description="Sim-to-sim evaluation in C MuJoCo")
+    ap.add_argument("--motion", required=True)
+    ap.add_argument("--episodes", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-dr", action="store_true", help="no domain randomisation or pushes")
+    ap.add_argument("--no-video", action="store_true")
+    ap.add_argument("--hold", type=float, default=EvalConfig.hold_s, help="seconds of HOLD after the motion")
+    ap.add_argument("--artifacts", help="artifact root (default policies/g1)")
+    ap.add_argument("--out", default=str(EVAL_ROOT), help="output root (default runs/eval)")
+    args = ap.parse_args(argv)
+    cfg = EvalConfig(episodes=args.episodes, seed=args.seed, video=not args.no_video, hold_s=args.hold,
+                     dr=DRConfig(enabled=not args.no_dr))
+    try:
+        summary, out = evaluate(args.motion, cfg, Path(args.artifacts) if args.artifacts else None, Path(args.out))
+    except EvalError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(format_table(summary))
+    if summary["video"] is None and cfg.video:
+        print("notice: no video written")
+    print(out / "eval.json")
+    return 0

@@ -1,0 +1,115 @@
+"""Episodes -> runs/eval/<motion>/<stamp>/eval.json (+ eval.png, episode0.gif when a renderer works).
+
+eval.json's keys are stable (DESIGN.md): episodes, falls, stood_at_end, apex_foot_clearance_m
+{mean, min}, tracking_error_cm, penetration_mm, landing_impact_bw, config, definitions,
+per_episode, ... The return code of the CLI is 0 even with falls.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from eval import report
+from eval.config import EVAL_ROOT, EvalConfig, EvalError
+from eval.episode import run_episode
+from eval.sim import EvalSim, reference_key_positions
+from eval.video import open_renderer, write_gif
+from motions import MotionError, load_motion
+from policies import artifact as A
+from policies.runtime import PolicyRuntime
+from robots.physics import FALL_HEIGHT_M, FALL_TILT_RAD
+
+
+def resolve_artifact(motion: str, root: Path | None = None) -> A.Artifact:
+    root = Path(root) if root else A.POLICY_ROOT
+    have = A.available_motions(root)
+    if motion not in have:
+        raise EvalError(f"no policy artifact for motion {motion!r} in {root}; available artifacts: {have} "
+                        f"(train one with `make train MOTION={motion}` or export a run with `make export RUN=...`)")
+    try:
+        return A.load_artifact(root / motion)
+    except A.ArtifactError as e:
+        raise EvalError(str(e)) from e
+
+
+def reference_motion(art: A.Artifact):
+    """The motions-library Motion of the artifact's reference (flight windows, pelvis x), if it matches."""
+    try:
+        m = load_motion(art.spec.motion.name)
+    except (MotionError, OSError):
+        return None
+    if m.ref_q.shape != art.ref_q.shape or not np.allclose(m.ref_q, art.ref_q, atol=1e-5):
+        print(f"notice: motions/{art.spec.motion.name}.yaml differs from the artifact's reference; "
+              "using the artifact's reference without flight windows / pelvis x")
+        return None
+    return m
+
+
+def evaluate(motion: str, cfg: EvalConfig = EvalConfig(), artifact_root: Path | None = None,
+             out_root: Path = EVAL_ROOT, progress: bool = True) -> tuple[dict, Path]:
+    """Run the evaluation; returns (eval.json content, output folder)."""
+    art = resolve_artifact(motion, artifact_root)
+    ref_motion = reference_motion(art)
+    sim = EvalSim()
+    T = art.ref_q.shape[0]
+    base = ref_motion.ref_base_pos if ref_motion is not None else np.stack(
+        [np.zeros(T), np.zeros(T), np.asarray(art.ref_height, float)], 1)
+    ref_key = reference_key_positions(sim, np.asarray(art.ref_q, float), base)
+    flights = ref_motion.flight_windows if ref_motion is not None else ()
+    runtime = PolicyRuntime(art, hold_blend_s=cfg.hold_blend_s)
+    out = Path(out_root) / motion / _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    out.mkdir(parents=True, exist_ok=True)
+    renderer = open_renderer(sim, cfg.video_size) if cfg.video else None
+    results, t_eps = [], []
+    try:
+        from tqdm import tqdm
+
+        it = tqdm(range(cfg.episodes), desc=f"eval {motion}", unit="ep", disable=not progress, file=sys.stdout)
+        for ep in it:
+            t0 = time.perf_counter()
+            r = run_episode(sim, runtime, cfg, ep, ref_key, flights, renderer if ep == 0 else None)
+            t_eps.append(time.perf_counter() - t0)
+            results.append(r)
+            it.set_postfix(falls=sum(x["fell"] for x in results))
+    finally:
+        if renderer is not None:
+            renderer.close()
+    video = None
+    if results and results[0]["frames"]:
+        video = write_gif(results[0]["frames"], out / "episode0.gif", cfg.video_fps)
+    plot = report.plot(results, art, ref_motion, out / "eval.png")
+    clear = report.summary_stats([r["apex_foot_clearance_m"] for r in results])
+    track = report.summary_stats([r["tracking_error_cm"] for r in results])
+    pen = report.summary_stats([r["penetration_mm"] for r in results])
+    impact = report.summary_stats([r["landing_impact_bw"] for r in results])
+    summary = {
+        "motion": motion,
+        "artifact": str(art.path),
+        "artifact_provenance": art.spec.provenance,
+        "episodes": len(results),
+        "falls": int(sum(r["fell"] for r in results)),
+        "stood_at_end": int(sum(r["stood_at_end"] for r in results)),
+        "apex_foot_clearance_m": None if clear is None else {"mean": clear["mean"], "min": clear["min"]},
+        "tracking_error_cm": None if track is None else track["mean"],
+        "tracking_error_cm_max": None if track is None else track["max"],
+        "penetration_mm": None if pen is None else pen["max"],
+        "penetration_mm_mean": None if pen is None else pen["mean"],
+        "landing_impact_bw": None if impact is None else {"mean": impact["mean"], "max": impact["max"]},
+        "seconds_per_episode": float(np.mean(t_eps)) if t_eps else None,
+        # the fall criterion is robots.physics' one (not configurable here); recorded beside the settings
+        "config": report.jsonable({**dataclasses.asdict(cfg), "fall_height_m": FALL_HEIGHT_M,
+                                   "fall_tilt_deg": math.degrees(FALL_TILT_RAD)}),
+        "definitions": report.definitions(cfg.flight_margin_s),
+        "plot": str(plot),
+        "video": str(video) if video else None,
+        "per_episode": [{k: v for k, v in r.items() if k not in ("log", "frames")} for r in results],
+    }
+    (out / "eval.json").write_text(json.dumps(report.jsonable(summary), indent=2))
+    return summary, out

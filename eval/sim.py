@@ -1,0 +1,110 @@
+"""The bridge model (robots.model.build_bridge_model: full collisions, MuJoCo's default contact at
+1 kHz) with per-episode domain randomisation, and the measurements an episode takes from it.
+
+Invariants: `randomise` first restores the nominal model, so episodes are independent and a
+seeded generator gives the same physics; `state()` is what the policy observes: true joint state,
+pelvis gyro (the IMU sensor), orientation, pelvis-frame linear velocity and pelvis height over
+the flat floor.
+"""
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+
+from eval.config import KEY_BODIES, DRConfig
+from robots import g1
+from robots import model as RM
+from robots.physics import GRAVITY, quat_rotate_inverse
+
+
+class EvalSim:
+    def __init__(self):
+        self.m = RM.build_bridge_model()
+        self.d = mujoco.MjData(self.m)
+        m = self.m
+        self.qadr, self.dadr = RM.motor_qpos_adr(m), RM.motor_dof_adr(m)
+        self.floor = m.geom("floor").id
+        self.pelvis = m.body(g1.BASE_BODY).id
+        feet = [m.body(n).id for n in g1.FOOT_BODIES]
+        sph = mujoco.mjtGeom.mjGEOM_SPHERE
+        self.soles = [np.array([g for g in range(m.ngeom) if m.geom_bodyid[g] == b and m.geom_type[g] == sph])
+                      for b in feet]
+        self.key_bodies = np.array([m.body(n).id for n in KEY_BODIES])
+        try:
+            s = m.sensor("imu-pelvis-angular-velocity")
+            self.gyro_adr = slice(int(m.sensor_adr[s.id]), int(m.sensor_adr[s.id]) + 3)
+        except KeyError:
+            self.gyro_adr = None
+        self.nominal = dict(friction=m.geom_friction.copy(), mass=m.body_mass.copy(), inertia=m.body_inertia.copy())
+        self.home = m.key("home").id
+        self.weight = float(m.body_subtreemass[0]) * GRAVITY
+        self._force = np.zeros(6)
+
+    def randomise(self, rng: np.random.Generator, dr: DRConfig) -> dict:
+        """Draw this episode's physics; returns the per-motor kp/kd scales and what was drawn."""
+        m, nom = self.m, self.nominal
+        m.geom_friction[:] = nom["friction"]
+        m.body_mass[:] = nom["mass"]
+        m.body_inertia[:] = nom["inertia"]
+        kp_s = np.ones(g1.NUM_MOTORS)
+        kd_s = np.ones(g1.NUM_MOTORS)
+        info = {}
+        if dr.enabled:
+            mu = rng.uniform(*dr.friction)
+            m.geom_friction[:, 0] = mu
+            s = rng.uniform(*dr.mass_scale, size=m.nbody)
+            s[0] = 1.0
+            m.body_mass[:] = nom["mass"] * s
+            m.body_inertia[:] = nom["inertia"] * s[:, None]
+            kp_s = rng.uniform(*dr.kp_scale, size=g1.NUM_MOTORS)
+            kd_s = rng.uniform(*dr.kd_scale, size=g1.NUM_MOTORS)
+            info = {"friction": float(mu), "mass_kg": float((nom["mass"] * s).sum())}
+        mujoco.mj_setConst(self.m, self.d)
+        return {"kp_scale": kp_s, "kd_scale": kd_s, **info}
+
+    def reset(self):
+        mujoco.mj_resetDataKeyframe(self.m, self.d, self.home)
+        mujoco.mj_forward(self.m, self.d)
+
+    def state(self):
+        """(q, dq, gyro, quat, pelvis-frame linear velocity, pelvis height): the runtime's inputs."""
+        d = self.d
+        quat = d.qpos[3:7].copy()
+        gyro = d.sensordata[self.gyro_adr].copy() if self.gyro_adr is not None else d.qvel[3:6].copy()
+        vel_b = quat_rotate_inverse(quat, d.qvel[0:3].copy())
+        return d.qpos[self.qadr].copy(), d.qvel[self.dadr].copy(), gyro, quat, vel_b, float(d.qpos[2])
+
+    def sole_heights(self) -> np.ndarray:
+        d, m = self.d, self.m
+        return np.array([np.min(d.geom_xpos[s, 2] - m.geom_size[s, 0]) for s in self.soles])
+
+    def floor_contacts(self) -> tuple[float, float]:
+        """(max penetration m, total normal force N) over robot-floor contacts now."""
+        d = self.d
+        n = d.ncon
+        if n == 0:
+            return 0.0, 0.0
+        c = d.contact
+        on_floor = (c.geom1[:n] == self.floor) | (c.geom2[:n] == self.floor)
+        if not on_floor.any():
+            return 0.0, 0.0
+        pen = float(max(0.0, -np.min(c.dist[:n][on_floor])))
+        fz = 0.0
+        for i in np.flatnonzero(on_floor):
+            mujoco.mj_contactForce(self.m, d, int(i), self._force)
+            fz += self._force[0]
+        return pen, fz
+
+
+def reference_key_positions(sim: EvalSim, ref_q: np.ndarray, ref_base_pos: np.ndarray) -> np.ndarray:
+    """(T, 5, 3) world positions of KEY_BODIES for the reference (pelvis upright at ref_base_pos)."""
+    d = mujoco.MjData(sim.m)
+    out = np.zeros((ref_q.shape[0], len(KEY_BODIES), 3))
+    for k in range(ref_q.shape[0]):
+        d.qpos[:] = 0
+        d.qpos[:3] = ref_base_pos[k]
+        d.qpos[3] = 1.0
+        d.qpos[sim.qadr] = ref_q[k]
+        mujoco.mj_kinematics(sim.m, d)
+        out[k] = d.xpos[sim.key_bodies]
+    return out
