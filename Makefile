@@ -54,10 +54,10 @@ export: setup
 	$(PY) -m train.export --run $(RUN) $(ARGS)
 
 eval: setup
-	$(PY) -m train.evaluate --motion $(MOTION) $(ARGS)
+	$(PY) -m eval --motion $(MOTION) $(ARGS)
 
 sim: setup lo-multicast
-	$(PY) -m deploy.sim_bridge $(ARGS)
+	$(PY) -m sim $(ARGS)
 
 deploy: setup lo-multicast
 	$(PY) -m deploy.cli --robot $(ROBOT) --motion $(MOTION) $(if $(NET_IF),--net-if $(NET_IF)) $(ARGS)

@@ -38,14 +38,16 @@ def _load() -> float:
 
 
 def _cost() -> dict:
-    from deploy import protocol
-    from deploy.sim_bridge import BandConfig, BridgeConfig, BridgeSim, SimBridge
+    from comm import hg
+    from sim.config import BandConfig, BridgeConfig
+    from sim.core import BridgeCore
+    from sim.physics import BridgeSim
     from robots import g1
 
     cfg = BridgeConfig(band=BandConfig(enabled=False), verbose=False)
-    bridge = SimBridge(cfg)
+    bridge = BridgeCore(cfg)
     bridge.sim = sim = BridgeSim(cfg)
-    cmd = protocol.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)
+    cmd = hg.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)
     for _ in range(200):
         sim.step()
     n = 2000
@@ -55,9 +57,9 @@ def _cost() -> dict:
     step_us = (time.perf_counter() - t) / n * 1e6
     t = time.process_time()
     for k in range(n // 2):
-        bridge._on_lowcmd(cmd.serialize())  # one 500 Hz command per tick, as a raw payload
+        bridge.submit_lowcmd(cmd.serialize())  # one 500 Hz command per tick, as a raw payload
         for i in range(2):
-            states, gt = bridge._advance(publish_state=i == 1)
+            states, gt = bridge.advance(publish_state=i == 1)
     tick_us = (time.process_time() - t) / (n // 2) * 1e6
     return {"bridge_physics_step_us": round(step_us, 1), "bridge_tick_cpu_us": round(tick_us, 1),
             "bridge_cpu_fraction": round(tick_us / (g1.LOWSTATE_DT * 1e6), 3)}
@@ -67,7 +69,7 @@ def _cost() -> dict:
 
 
 def _launch(args: list[str], domain: int):
-    from deploy.sim_bridge import launch_bridge_process
+    from comm.sim_process import launch_bridge_process
 
     return launch_bridge_process(args + ["--quiet"], domain=domain)
 
@@ -83,24 +85,24 @@ def _lockstep(domain: int) -> dict:
     from unitree_sdk2py.idl.unitree_hg.msg.dds_ import LowCmd_, LowState_
     from unitree_sdk2py.utils.crc import CRC
 
-    from deploy import protocol
+    from comm import dds, dds_compat, hg
     from robots import g1
 
     out = {}
     with _launch(["--lockstep", "--no-band", "--gt-decimation", "1000"], domain):
-        participant = protocol.dds_participant()
-        pub = ChannelPublisher(protocol.TOPIC_LOWCMD, LowCmd_)
+        participant = dds.dds_participant()
+        pub = ChannelPublisher(hg.TOPIC_LOWCMD, LowCmd_)
         pub.Init()
         # lean client: raw LowState payloads, pre-encoded LowCmd
         raw: queue.Queue = queue.Queue()
-        topic = Topic(participant, protocol.TOPIC_LOWSTATE, LowState_)
+        topic = Topic(participant, hg.TOPIC_LOWSTATE, LowState_)
         reader = DataReader(participant, topic, None,
-                            Listener(on_data_available=lambda r: [raw.put(p) for p in protocol.take_raw_payloads(r)]))
-        rec = protocol.lowcmd_record(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)
-        lean_cmd = protocol.lowcmd_wire_sample(rec)
+                            Listener(on_data_available=lambda r: [raw.put(p) for p in dds_compat.take_raw_payloads(r)]))
+        rec = hg.lowcmd_record(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)
+        lean_cmd = hg.lowcmd_wire_sample(rec)
 
         def tick_of(payload: bytes) -> int:
-            return int(protocol.lowstate_record_from_cdr(payload)["tick"])
+            return int(hg.lowstate_record_from_cdr(payload)["tick"])
 
         last = tick_of(raw.get(timeout=30))
         t0, tick0 = time.perf_counter(), last
@@ -110,14 +112,14 @@ def _lockstep(domain: int) -> dict:
                 last = tick_of(raw.get(timeout=5))
         wall = time.perf_counter() - t0
         out["bridge_lockstep_rtf"] = round((last - tick0) * 1e-3 / wall, 3)
-        protocol.delete_entity(reader)
-        protocol.delete_entity(topic)
+        dds_compat.delete_entity(reader)
+        dds_compat.delete_entity(topic)
 
         # plain unitree_sdk2py client
         states: queue.Queue = queue.Queue()
-        sub = ChannelSubscriber(protocol.TOPIC_LOWSTATE, LowState_)
+        sub = ChannelSubscriber(hg.TOPIC_LOWSTATE, LowState_)
         sub.Init(states.put, 0)
-        cmd = protocol.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)
+        cmd = hg.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)
         crc = CRC()
         pub.Write(cmd)
         last = states.get(timeout=10).tick
@@ -130,8 +132,8 @@ def _lockstep(domain: int) -> dict:
                 last = states.get(timeout=5).tick
         wall = time.perf_counter() - t0
         out["bridge_lockstep_rtf_sdk_client"] = round((last - tick0) * 1e-3 / wall, 3)
-        protocol.close_channel(sub)
-        protocol.close_channel(pub)
+        dds_compat.close_channel(sub)
+        dds_compat.close_channel(pub)
     return out
 
 
@@ -141,19 +143,19 @@ def _realtime(domain: int) -> dict:
     from cyclonedds.topic import Topic
     from unitree_sdk2py.idl.unitree_hg.msg.dds_ import LowState_
 
-    from deploy import protocol
-    from deploy.sim_msgs import SimClient
+    from comm import dds, dds_compat, hg
+    from comm.sim_msgs import SimClient
 
     arrivals: list[float] = []
     with _launch(["--gt-decimation", "5"], domain):
-        participant = protocol.dds_participant()
+        participant = dds.dds_participant()
         sim = SimClient(domain, timeout=10.0)
 
         def on_data(r) -> None:
             now = time.perf_counter()
-            arrivals.extend(now for _ in protocol.take_raw_payloads(r))
+            arrivals.extend(now for _ in dds_compat.take_raw_payloads(r))
 
-        topic = Topic(participant, protocol.TOPIC_LOWSTATE, LowState_)
+        topic = Topic(participant, hg.TOPIC_LOWSTATE, LowState_)
         reader = DataReader(participant, topic, None, Listener(on_data_available=on_data))
         time.sleep(1.0)
         s0 = sim.wait_status(lambda s: True)
@@ -162,8 +164,8 @@ def _realtime(domain: int) -> dict:
         time.sleep(REALTIME_SECONDS)
         s1 = sim.status()
         window = np.array(arrivals[n0:])
-        protocol.delete_entity(reader)
-        protocol.delete_entity(topic)
+        dds_compat.delete_entity(reader)
+        dds_compat.delete_entity(topic)
         sim.close()
     period_ms = np.diff(window) * 1e3
     simulated = s1.clock - s0.clock
@@ -179,9 +181,9 @@ def _realtime(domain: int) -> dict:
 
 
 def _worker(domain: int) -> dict:
-    from deploy import protocol
+    from comm import dds
 
-    protocol.init_dds(domain, protocol.SIM_INTERFACE)
+    dds.init_dds(domain, dds.SIM_INTERFACE)
     out = _lockstep(domain)
     out.update(_realtime(domain))
     return out

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deploy import protocol
+from comm import dds
 
 T_POLICY = 3.5  # s from the first position command to POLICY (deploy.state_machine.AutoScript defaults)
 
@@ -55,13 +55,13 @@ def _summary(proc) -> dict:
 def run(motion: str = "stand") -> dict:
     from deploy.cli import BRIDGE_PRIORITY
     from deploy.link import LowCmdObserver
-    from deploy.loop import boost_process
-    from deploy.sim_bridge import launch_bridge_process
-    from deploy.sim_msgs import SimClient
+    from comm.sim_msgs import SimClient
+    from comm.sim_process import launch_bridge_process
+    from deploy.realtime import boost_process
 
     from contextlib import ExitStack
 
-    from deploy.sim_bridge import BridgeLaunchError
+    from comm.sim_process import BridgeLaunchError
 
     out: dict = {}
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
@@ -74,7 +74,7 @@ def run(motion: str = "stand") -> dict:
             except BridgeLaunchError as e:
                 if "another publisher of rt/lowstate" not in str(e) or attempt == 3:
                     raise
-        protocol.init_dds(domain, protocol.SIM_INTERFACE)
+        dds.init_dds(domain, dds.SIM_INTERFACE)
         boost_process(bridge.proc.pid, BRIDGE_PRIORITY)
         sim = SimClient(domain, timeout=10.0)
         obs = LowCmdObserver(domain)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from calibration import store
+from robots import calibration as calib_file
 from calibration.excitation import ALL_GROUPS
 from calibration.routines import Plan, analyse, record
 from calibration.runlog import CalibrationError
@@ -107,14 +108,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = Path(args.runs_root) / stamp
     run_dir.mkdir(parents=True, exist_ok=True)
-    yaml_path = Path(args.out) if args.out else store.path_for(robot_id)
+    yaml_path = Path(args.out) if args.out else calib_file.path_for(robot_id)
     bridge_args = []
     bridge_ctx = None
     robot = None
     t0 = time.perf_counter()
     try:
         if args.robot == "sim" and not args.no_bridge:
-            from deploy.sim_bridge import BridgeLaunchError, launch_bridge_process
+            from comm.sim_process import BridgeLaunchError, launch_bridge_process
 
             bridge_args = SIM_BRIDGE_ARGS[1:] if args.realtime else list(SIM_BRIDGE_ARGS)
             bridge_args += shlex.split(args.bridge_args)
@@ -127,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"calibrate: error: the sim bridge did not start: {e}", file=sys.stderr)
                 return EXIT_PREFLIGHT
             if args.realtime:  # the bridge stands in for the robot's real-time firmware (as make deploy)
-                from deploy.loop import boost_process
+                from deploy.realtime import boost_process
 
                 echo(f"calibrate: sim bridge scheduling: {boost_process(bridge.proc.pid, 5)}")
         from calibration.robot import DDSRobot
@@ -179,7 +180,7 @@ def _print_summary(c: dict, echo) -> None:
         echo(f"  joints flagged: {c['joints']['flagged'] or 'none'}")
     for g, f in (c.get("actuators") or {}).items():
         echo(f"  {g:6s} " + "  ".join(f"{k} {f[k]['value']:.3f}+-{f[k]['std']:.3f}{'' if f[k]['identified'] else '?'}"
-                                      for k in store.PARAMS) + f"  residual {f['residual_rms_rad'] * 1e3:.2f} mrad")
+                                      for k in calib_file.PARAMS) + f"  residual {f['residual_rms_rad'] * 1e3:.2f} mrad")
     for k, v in (c.get("refused") or {}).items():
         echo(f"  refused {k}: {v}")
 

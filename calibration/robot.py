@@ -4,8 +4,8 @@
   and mode_machine) plus a recorder that keeps every LowState (the deploy link keeps only the
   newest). Works against the real G1 (domain 0, real time) and the sim bridge (lockstep or real
   time).
-- `InProcessBridge`: the sim bridge's own lockstep step (`deploy.sim_bridge.SimBridge` internals,
-  as bench/bridge.py uses them) without DDS: the same bytes in and out, for unit tests and
+- `InProcessBridge`: the sim bridge's own lockstep step (`sim.core.BridgeCore`'s public pipeline,
+  as bench/bridge.py uses it) without DDS: the same bytes in and out, for unit tests and
   offline experiments. Not a fake: the same physics, noise, latency and band as the bridge process.
 
 Both expose: `lockstep`, `mode_machine`, `latest`, `send(cmd)`, `wait_states(after_tick, timeout)`,
@@ -20,13 +20,13 @@ import time
 from typing import Any
 
 from calibration.runlog import CalibrationError, State
-from deploy import protocol
+from comm import dds_compat, hg
 from deploy.link import LowCmdBuilder, parse_lowstate
 from robots import g1
 from safety import Command
 
 
-def _state_of(st: protocol.LowStateArrays, rx_time: float) -> State:
+def _state_of(st: hg.LowStateArrays, rx_time: float) -> State:
     return State(int(st.tick), st.q, st.dq, st.tau_est, st.quat, st.gyro, st.acc, float(rx_time))
 
 
@@ -51,7 +51,7 @@ class DDSRobot:
         except preflight.PreflightError as e:
             raise CalibrationError(str(e)) from e
         qos = Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(256))
-        self._reader = DataReader(self.link.participant, self.link._state_topic, qos,
+        self._reader = DataReader(self.link.participant, self.link.state_topic, qos,
                                   Listener(on_data_available=self._on_state))
         try:
             first = preflight.run_preflight(self.link, state_timeout, listen_s)
@@ -64,7 +64,7 @@ class DDSRobot:
         self.latest: State = _state_of(first.state, first.rx_time)
 
     def _on_state(self, reader: Any) -> None:
-        payloads = protocol.take_raw_payloads(reader, 256)
+        payloads = dds_compat.take_raw_payloads(reader, 256)
         if payloads:
             now = time.monotonic()
             with self._cv:
@@ -108,7 +108,7 @@ class DDSRobot:
     def close(self) -> None:
         r, self._reader = getattr(self, "_reader", None), None
         if r is not None:
-            protocol.delete_entity(r)
+            dds_compat.delete_entity(r)
         if getattr(self, "link", None) is not None:
             self.link.close()
 
@@ -119,23 +119,25 @@ class InProcessBridge:
     lockstep = True
 
     def __init__(self, cfg=None) -> None:
-        from deploy.sim_bridge import BandConfig, BridgeConfig, BridgeSim, SimBridge
+        from sim.config import BandConfig, BridgeConfig
+        from sim.core import BridgeCore
+        from sim.physics import BridgeSim
 
         if cfg is None:
             cfg = BridgeConfig(band=BandConfig(height=1.05))
         self.cfg = dataclasses.replace(cfg, lockstep=True, verbose=False)
-        self.bridge = SimBridge(self.cfg, log=lambda s: None)
+        self.bridge = BridgeCore(self.cfg, log=lambda s: None)
         self.bridge.sim = self.sim = BridgeSim(self.cfg)
         self.mode_machine = g1.MODE_MACHINE_29DOF_REV1
         self._builder = LowCmdBuilder()
         self._queue: list[State] = []
-        payload = self.bridge._finish_state(self.bridge._capture_state())
+        payload = self.bridge.finish_state(self.bridge.capture_state())
         self.latest = _state_of(parse_lowstate(payload), 0.0)
         self.commands_sent = 0
 
     def send(self, cmd: Command) -> float:
         rec = self._builder.build(cmd, self.mode_machine)
-        payload = protocol.lowcmd_cdr(rec)
+        payload = hg.lowcmd_cdr(rec)
         for states, _gt in self.bridge.lockstep_command(payload):
             for p in states:
                 self._queue.append(_state_of(parse_lowstate(p), time.monotonic()))

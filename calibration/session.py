@@ -19,17 +19,14 @@ at 500 Hz against absolute deadlines (never sleep-after-work), watchdogs on the 
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
-import os
-import sys
 import time
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 
 from calibration.runlog import RunLog, State
+from deploy.realtime import realtime
 from robots import g1
 from safety import Command, Limits, SafetyMonitor, WatchdogConfig
 
@@ -78,7 +75,7 @@ class Session:
             if self.robot.lockstep:
                 self._run_lockstep(schedule, duration, states, cmds)
             else:
-                with realtime_scheduling(self.cfg.realtime_priority):
+                with realtime(self.cfg.realtime_priority):
                     self._run_realtime(schedule, duration, states, cmds)
         except CalibrationAborted:
             raise
@@ -211,50 +208,3 @@ class Session:
                 pass
         if states or cmds:
             self.logs.append(RunLog.from_rows("aborted", states, cmds, lockstep=bool(self.robot.lockstep)))
-
-
-@contextlib.contextmanager
-def realtime_scheduling(priority: int) -> Iterator[str]:
-    """As deploy's loop: SCHED_FIFO `priority` for this thread, one below for the process's other
-    (DDS listener) threads so none is preempted holding the GIL, 0.5 ms GIL switch interval, gc frozen.
-    Best effort (normal scheduling without permission); restored on exit."""
-    saved, boosted, what = None, [], "normal"
-    switch = sys.getswitchinterval()
-    if priority > 0 and hasattr(os, "sched_setscheduler"):
-        try:
-            saved = os.sched_getscheduler(0), os.sched_getparam(0)
-            for tid in (int(t) for t in os.listdir(f"/proc/{os.getpid()}/task")):
-                try:
-                    if tid != threading_native_id() and os.sched_getscheduler(tid) == os.SCHED_OTHER:
-                        os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(max(1, priority - 1)))
-                        boosted.append(tid)
-                except OSError:
-                    pass
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
-            what = f"SCHED_FIFO {priority}"
-        except (OSError, AttributeError):
-            what = "normal (no permission for SCHED_FIFO)"
-    sys.setswitchinterval(0.0005)
-    gc.collect()
-    gc.freeze()
-    try:
-        yield what
-    finally:
-        gc.unfreeze()
-        sys.setswitchinterval(switch)
-        for tid in boosted:
-            try:
-                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
-            except OSError:
-                pass
-        if saved is not None:
-            try:
-                os.sched_setscheduler(0, saved[0], saved[1])
-            except OSError:
-                pass
-
-
-def threading_native_id() -> int:
-    import threading
-
-    return threading.get_native_id()

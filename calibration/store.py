@@ -1,9 +1,12 @@
-"""Calibration YAML (`calibration/<robot-id>.yaml`): writer, loader and the consumers' views.
+"""Calibration YAML (`calibration/<robot-id>.yaml`): the writer and the fit-side views.
 
-    calib = load("calibration/sim.yaml")          # or load("sim"): calibration/sim.yaml
-    EstimatorConfig.from_calibration(calib)       # deploy: IMU biases (keys under `imu`)
-    joint_offsets(calib)                          # deploy: (29,) rad, subtract from measured q
-    dr_centre(calib)                              # train: centre of domain randomisation
+The file format (load, validate, joint offsets, DR centre) is robots/calibration.py, which deploy
+and training read; this module writes files and maps fits onto it:
+
+    calib = robots.calibration.load("sim")        # calibration/sim.yaml
+    write(calib, path)                            # calibration: schema_version, robot, date added
+    estimator_config(calib)                       # deploy.estimator.EstimatorConfig (IMU biases)
+    centre_from_fits(fits)                        # per-motor DR centre from actuator fits
     apply_to_model(model, calib)                  # train/eval: MjModel (before mjx.put_model)
 
 Format (schema_version 1; every value with its uncertainty where it has one):
@@ -30,21 +33,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from robots import g1
-
-SCHEMA_VERSION = 1
-ROBOT = "g1_29dof_rev1"
-CALIBRATION_DIR = Path(__file__).resolve().parent
-PARAMS = ("armature_scale", "damping", "frictionloss_scale", "kp_scale")
-NOMINAL = {"armature_scale": 1.0, "damping": 0.0, "frictionloss_scale": 1.0, "kp_scale": 1.0}
-
-
-class CalibrationFileError(ValueError):
-    """A calibration YAML that cannot be used; the message names the file and the problem."""
-
-
-def path_for(robot_id: str) -> Path:
-    return CALIBRATION_DIR / f"{robot_id}.yaml"
-
+from robots.calibration import NOMINAL, PARAMS, ROBOT, SCHEMA_VERSION, dr_centre, load
 
 def _plain(x: Any) -> Any:
     if isinstance(x, Mapping):
@@ -68,41 +57,10 @@ def write(calib: Mapping, path: str | os.PathLike) -> Path:
     body = {"schema_version": SCHEMA_VERSION, "robot": ROBOT,
             "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), **_plain(dict(calib))}
     tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text("# written by `make calibrate` (calibration/cli.py); format: calibration/store.py\n"
+    tmp.write_text("# written by `make calibrate` (calibration/cli.py); format: robots/calibration.py\n"
                    + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=120))
     tmp.replace(path)
     return path
-
-
-def load(path_or_id: str | os.PathLike) -> dict:
-    """Parse and check a calibration YAML (a path, or a robot id under calibration/)."""
-    import yaml
-
-    p = Path(path_or_id)
-    if not p.suffix and not p.exists():
-        p = path_for(str(path_or_id))
-    if not p.is_file():
-        raise CalibrationFileError(f"calibration file {p} does not exist: run `make calibrate ROBOT=...` first")
-    try:
-        calib = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise CalibrationFileError(f"{p}: not valid YAML: {e}") from e
-    if not isinstance(calib, dict):
-        raise CalibrationFileError(f"{p}: expected a mapping at the top level")
-    if calib.get("schema_version") != SCHEMA_VERSION:
-        raise CalibrationFileError(f"{p}: schema_version {calib.get('schema_version')!r}, this code reads {SCHEMA_VERSION}")
-    if calib.get("robot") != ROBOT:
-        raise CalibrationFileError(f"{p}: calibration of {calib.get('robot')!r}, not {ROBOT}")
-    for sec, key in (("imu", "gyro_bias"), ("imu", "accel_bias")):
-        v = (calib.get(sec) or {}).get(key)
-        if v is not None and (np.shape(v) != (3,) or not np.all(np.isfinite(np.asarray(v, float)))):
-            raise CalibrationFileError(f"{p}: {sec}.{key} must be 3 finite numbers, got {v!r}")
-    for sec, key in (("joints", "offsets"),) + tuple(("domain_randomization_centre", k) for k in PARAMS):
-        v = (calib.get(sec) or {}).get(key)
-        if v is not None and (np.shape(v) != (g1.NUM_MOTORS,) or not np.all(np.isfinite(np.asarray(v, float)))):
-            raise CalibrationFileError(f"{p}: {sec}.{key} must be {g1.NUM_MOTORS} finite numbers (motor order)")
-    calib["_path"] = str(p)
-    return calib
 
 
 # ----------------------------------------------------------------------------- consumers
@@ -115,21 +73,6 @@ def estimator_config(calib: Mapping | str | os.PathLike | None, **overrides):
     if calib is not None and not isinstance(calib, Mapping):
         calib = load(calib)
     return EstimatorConfig.from_calibration(calib, **overrides)
-
-
-def joint_offsets(calib: Mapping) -> np.ndarray:
-    """(29,) rad in motor order; deploy corrects measured joints as q - offsets (zeros if none)."""
-    v = (calib.get("joints") or {}).get("offsets")
-    return np.zeros(g1.NUM_MOTORS) if v is None else np.asarray(v, float)
-
-
-def dr_centre(calib: Mapping) -> dict:
-    """Centre of domain randomisation, per motor (29,): armature_scale, damping (Nm s/rad added),
-    frictionloss_scale, kp_scale; plus action_delay_s (0 when latency was not measured)."""
-    c = calib.get("domain_randomization_centre") or {}
-    out = {k: np.asarray(c.get(k, np.full(g1.NUM_MOTORS, NOMINAL[k])), float) for k in PARAMS}
-    out["action_delay_s"] = float((calib.get("latency") or {}).get("action_delay_s", 0.0))
-    return out
 
 
 def centre_from_fits(fits: Mapping[str, Mapping]) -> dict:

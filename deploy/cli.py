@@ -3,7 +3,7 @@
     python -m deploy.cli --robot sim --motion stand          # dry run: bridge + loop with --auto
     python -m deploy.cli --robot g1 --net-if eth0 --motion jump
 
-sim: starts the sim bridge (DDS domain 1 on lo) in a subprocess, runs pre-flight and the whole
+sim: starts the sim bridge (`python -m sim`, DDS domain 1 on lo) in a subprocess (comm.sim_process), runs pre-flight and the whole
      sequence with --auto (PASSIVE -> STAND_UP -> HOLD -> band released -> POLICY -> HOLD), stops
      the bridge, prints the summary and its path.
 g1:  the real robot, DDS domain 0 on --net-if; asks for an interactive confirmation; buttons on the
@@ -24,7 +24,8 @@ import signal
 import sys
 from pathlib import Path
 
-from deploy import protocol
+from comm import dds
+from comm.sim_process import BridgeLaunchError
 from deploy.preflight import PreflightError
 from policies.artifact import POLICY_ROOT, YAML_NAME, available_motions
 
@@ -95,16 +96,16 @@ def main(argv=None) -> int:
             if not args.net_if:
                 raise PreflightError("ROBOT=g1 needs the robot's network interface: make deploy ROBOT=g1 "
                                      "NET_IF=<iface> (the one with a 192.168.123.x address)")
-            args.domain = protocol.ROBOT_DOMAIN if args.domain is None else args.domain
-            if args.domain != protocol.ROBOT_DOMAIN:
-                raise PreflightError(f"the real G1 talks on DDS domain {protocol.ROBOT_DOMAIN}, not {args.domain}")
+            args.domain = dds.ROBOT_DOMAIN if args.domain is None else args.domain
+            if args.domain != dds.ROBOT_DOMAIN:
+                raise PreflightError(f"the real G1 talks on DDS domain {dds.ROBOT_DOMAIN}, not {args.domain}")
             if args.auto and not args.real_confirmed:
                 raise PreflightError("--auto drives the real robot without a remote; add "
                                      "--i-know-this-is-a-real-robot if that is really what you want")
             args.auto = bool(args.auto)
         else:
-            args.net_if = args.net_if or protocol.SIM_INTERFACE
-            args.domain = protocol.SIM_DOMAIN if args.domain is None else args.domain
+            args.net_if = args.net_if or dds.SIM_INTERFACE
+            args.domain = dds.SIM_DOMAIN if args.domain is None else args.domain
             args.auto = True if args.auto is None else args.auto
         # fail before starting anything: artifact and interface
         from deploy.preflight import check_artifact, check_interface
@@ -112,11 +113,12 @@ def main(argv=None) -> int:
         art = check_artifact(policy_dir)
         check_interface(args.net_if)
         estimator_cfg = None
-        if args.calibration:  # calibration consumer: IMU biases (calibration.store); fails before anything starts
-            from calibration.store import CalibrationFileError, estimator_config
+        if args.calibration:  # calibration consumer: IMU biases (robots.calibration); fails before anything starts
+            from deploy.estimator import EstimatorConfig
+            from robots.calibration import CalibrationFileError, load
 
             try:
-                estimator_cfg = estimator_config(args.calibration)
+                estimator_cfg = EstimatorConfig.from_calibration(load(args.calibration))
             except (CalibrationFileError, ValueError) as e:
                 raise PreflightError(f"calibration rejected: {e}") from e
         if args.robot == "g1":
@@ -156,22 +158,20 @@ def main(argv=None) -> int:
     bridge_ctx = None
     try:
         if args.robot == "sim" and not args.no_bridge:
-            from deploy.sim_bridge import launch_bridge_process
+            from comm.sim_process import launch_bridge_process
 
             echo(f"[deploy] starting the sim bridge (domain {args.domain}, {args.net_if}) ...")
             bridge_ctx = launch_bridge_process(["--gt-decimation", "5", *shlex.split(args.bridge_args)], domain=args.domain,
                                                interface=args.net_if)
             bridge = bridge_ctx.__enter__()
-            from deploy.loop import boost_process
+            from deploy.realtime import boost_process
 
             echo(f"[deploy] sim bridge scheduling: {boost_process(bridge.proc.pid, BRIDGE_PRIORITY)}")
         summary = run(cfg, echo=echo, on_loop=lambda loop: holder.__setitem__("loop", loop))
     except PreflightError as e:
         print(f"deploy: error: {e}", file=sys.stderr, flush=True)
         return EXIT_PREFLIGHT
-    except Exception as e:  # the bridge did not start, or DDS failed before any command
-        if type(e).__name__ != "BridgeLaunchError":
-            raise
+    except BridgeLaunchError as e:  # the bridge did not start: nothing was commanded
         print(f"deploy: error: the sim bridge did not start: {e}", file=sys.stderr, flush=True)
         return EXIT_PREFLIGHT
     except KeyboardInterrupt:

@@ -2,14 +2,14 @@
 receive time, and a LowCmd writer (CRC filled, mode_machine copied from LowState, mode_pr 0,
 motor mode 1 on the 29 motors).
 
-DDS is initialised through unitree_sdk2py (`deploy.protocol.init_dds`, the process-wide
+DDS is initialised through unitree_sdk2py (`comm.dds.init_dds`, the process-wide
 ChannelFactory) with the SDK's IDL types. Reading and writing use cyclonedds entities on that
-factory's participant (`protocol.dds_participant()`: one participant per process) directly so the
+factory's participant (`comm.dds.dds_participant()`: one participant per process) directly so the
 wire bytes can be handled without cyclonedds' Python (de)serializer: a LowState_ is ~2 kB with 35
 nested structs and costs ~0.5 ms to deserialize in Python, too much to do 500 times a second beside
-the control loop. `protocol.lowstate_record_from_cdr` and `protocol.lowcmd_wire_sample` are
+the control loop. `hg.lowstate_record_from_cdr` and `hg.lowcmd_wire_sample` are
 byte-exact with the SDK's encoding (tested by the bridge). Entities are deleted explicitly with
-`protocol.delete_entity` (listener detached first), never left to the garbage collector.
+`dds_compat.delete_entity` (listener detached first), never left to the garbage collector.
 """
 from __future__ import annotations
 
@@ -19,23 +19,24 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from deploy import protocol
+from comm import dds, dds_compat, hg
+from comm.crc import struct_crc
 from robots import g1
 from safety import Command
 
 
-def parse_lowstate(payload: bytes) -> protocol.LowStateArrays:
+def parse_lowstate(payload: bytes) -> hg.LowStateArrays:
     """A raw rt/lowstate payload (XCDR1) as arrays; `crc_ok` tells whether its CRC holds.
     Raises ValueError for a payload that is no LowState_."""
-    return protocol.lowstate_arrays(protocol.lowstate_record_from_cdr(payload))
+    return hg.lowstate_arrays(hg.lowstate_record_from_cdr(payload))
 
 
 class LowCmdBuilder:
-    """A preallocated LowCmd_ record (protocol.LOWCMD_DTYPE): per tick only q, dq, tau, kp, kd of the
-    29 motors, mode_machine and the CRC change. Byte-identical to protocol.lowcmd_record(...)."""
+    """A preallocated LowCmd_ record (hg.LOWCMD_DTYPE): per tick only q, dq, tau, kp, kd of the
+    29 motors, mode_machine and the CRC change. Byte-identical to hg.lowcmd_record(...)."""
 
     def __init__(self) -> None:
-        self.rec = protocol.lowcmd_record(mode=protocol.MOTOR_MODE_ENABLE, mode_pr=g1.MODE_PR)
+        self.rec = hg.lowcmd_record(mode=hg.MOTOR_MODE_ENABLE, mode_pr=g1.MODE_PR)
         self._mc = self.rec["motor_cmd"]
 
     def build(self, cmd: Command, mode_machine: int) -> np.ndarray:
@@ -43,7 +44,7 @@ class LowCmdBuilder:
         mc = self._mc
         mc["q"][:n], mc["dq"][:n], mc["tau"][:n], mc["kp"][:n], mc["kd"][:n] = cmd.q, cmd.dq, cmd.tau, cmd.kp, cmd.kd
         self.rec["mode_machine"] = mode_machine
-        self.rec["crc"] = protocol.struct_crc(self.rec)
+        self.rec["crc"] = struct_crc(self.rec)
         return self.rec
 
 
@@ -52,7 +53,7 @@ class LinkError(RuntimeError):
 
 
 class StateSample(NamedTuple):
-    state: protocol.LowStateArrays
+    state: hg.LowStateArrays
     rx_time: float  # time.monotonic() when the sample arrived
     seq: int  # count of accepted samples so far (changes when a new sample arrives)
 
@@ -67,9 +68,9 @@ class Link:
         from cyclonedds.topic import Topic
         from unitree_sdk2py.idl.unitree_hg.msg.dds_ import LowCmd_, LowState_
 
-        protocol.init_dds(domain, interface)  # raises DDSInitError with the fix (interface list, ...)
+        dds.init_dds(domain, interface)  # raises DDSInitError with the fix (interface list, ...)
         self.domain, self.interface = domain, interface
-        self.participant = protocol.dds_participant()
+        self.participant = dds.dds_participant()
         self._state_topic = self._cmd_topic = None
         self._writer = self._reader = self._cmd_reader = None
         self._lock = threading.Lock()
@@ -82,8 +83,8 @@ class Link:
         self._builder = LowCmdBuilder()
         self._cmd_seen = 0
         try:
-            self._state_topic = Topic(self.participant, protocol.TOPIC_LOWSTATE, LowState_)
-            self._cmd_topic = Topic(self.participant, protocol.TOPIC_LOWCMD, LowCmd_)
+            self._state_topic = Topic(self.participant, hg.TOPIC_LOWSTATE, LowState_)
+            self._cmd_topic = Topic(self.participant, hg.TOPIC_LOWCMD, LowCmd_)
             qos = Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(1))
             self._reader = DataReader(self.participant, self._state_topic, qos,
                                       Listener(on_data_available=self._on_state))
@@ -96,8 +97,14 @@ class Link:
             raise
 
     # ------------------------------------------------------------------ LowState
+    @property
+    def state_topic(self) -> Any:
+        """The rt/lowstate Topic on this link's participant: put extra LowState readers on it (a
+        second Topic of the same name on one participant is an error in cyclonedds)."""
+        return self._state_topic
+
     def _on_state(self, reader: Any) -> None:
-        payloads = protocol.take_raw_payloads(reader, 32)
+        payloads = dds_compat.take_raw_payloads(reader, 32)
         if not payloads:
             return
         now = time.monotonic()
@@ -142,7 +149,7 @@ class Link:
 
     # ------------------------------------------------------------------ rt/lowcmd publishers
     def _on_foreign_cmd(self, reader: Any) -> None:
-        self._cmd_seen += len(protocol.take_raw_payloads(reader, 32))
+        self._cmd_seen += len(dds_compat.take_raw_payloads(reader, 32))
 
     def other_lowcmd_publishers(self, listen_s: float = 0.3) -> tuple[int, int]:
         """(matched writers on rt/lowcmd other than ours, LowCmd samples heard in listen_s)."""
@@ -158,7 +165,7 @@ class Link:
         """After pre-flight: the rt/lowcmd reader would only hear our own commands."""
         r, self._cmd_reader = self._cmd_reader, None
         if r is not None:
-            protocol.delete_entity(r)
+            dds_compat.delete_entity(r)
 
     # ------------------------------------------------------------------ LowCmd
     def open_writer(self) -> None:
@@ -176,7 +183,7 @@ class Link:
         if self._writer is None:
             raise LinkError("LowCmd writer not opened: pre-flight must pass first")
         rec = self._builder.build(cmd, int(mode_machine))
-        self._writer.write(protocol.lowcmd_wire_sample(rec))
+        self._writer.write(hg.lowcmd_wire_sample(rec))
         return time.monotonic()
 
     def close(self) -> None:
@@ -186,13 +193,13 @@ class Link:
 
 
 def _delete_all(owner: Any, names: tuple[str, ...]) -> None:
-    """protocol.delete_entity on owner's attributes `names` (in order), each set to None first."""
+    """dds_compat.delete_entity on owner's attributes `names` (in order), each set to None first."""
     for name in names:
         ent = getattr(owner, name, None)
         setattr(owner, name, None)
         if ent is not None:
             try:
-                protocol.delete_entity(ent)
+                dds_compat.delete_entity(ent)
             except Exception:  # noqa: BLE001 - best effort at shutdown
                 pass
 
@@ -200,8 +207,8 @@ def _delete_all(owner: Any, names: tuple[str, ...]) -> None:
 class LowCmdObserver:
     """Listens on rt/lowcmd (tests and benchmarks use it to prove what did or did not leave a loop):
     keeps recent commands and, cheaply, every change of command kind (position / damping / zero).
-    Needs DDS initialised in this process (protocol.init_dds) on the loop's domain; its reader is
-    on the process's participant (protocol.dds_participant)."""
+    Needs DDS initialised in this process (comm.dds.init_dds) on the loop's domain; its reader is
+    on the process's participant (comm.dds.dds_participant)."""
 
     def __init__(self, domain: int, keep: int = 50000) -> None:
         import collections
@@ -213,7 +220,7 @@ class LowCmdObserver:
         from cyclonedds.util import duration
         from unitree_sdk2py.idl.unitree_hg.msg.dds_ import LowCmd_
 
-        self.participant = protocol.dds_participant()
+        self.participant = dds.dds_participant()
         if int(self.participant.domain_id) != domain:
             raise LinkError(f"LowCmdObserver on domain {domain}, but DDS is initialised in this process on "
                             f"domain {self.participant.domain_id} (one domain per process)")
@@ -222,7 +229,7 @@ class LowCmdObserver:
         self.changes: list[tuple[float, str]] = []  # (rx_time, kind) whenever the kind changes
         self.count = 0
         self.reader = None
-        self._topic = Topic(self.participant, protocol.TOPIC_LOWCMD, LowCmd_)
+        self._topic = Topic(self.participant, hg.TOPIC_LOWCMD, LowCmd_)
         try:
             qos = Qos(Policy.Reliability.Reliable(duration(seconds=1)), Policy.History.KeepLast(64))
             self.reader = DataReader(self.participant, self._topic, qos, Listener(on_data_available=self._on))
@@ -232,9 +239,9 @@ class LowCmdObserver:
 
     def _on(self, reader: Any) -> None:
         now = time.monotonic()
-        for raw in protocol.take_raw_payloads(reader, 64):
+        for raw in dds_compat.take_raw_payloads(reader, 64):
             try:
-                rec = protocol.lowcmd_record_from_cdr(raw)
+                rec = hg.lowcmd_record_from_cdr(raw)
             except ValueError:
                 continue
             kind = record_kind(rec)

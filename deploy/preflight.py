@@ -3,8 +3,8 @@
 Order (each failure raises PreflightError with the fix in the message, and no command is sent;
 the LowCmd writer does not even exist until all of them pass):
   1. the policy artifact loads and matches robots/g1.py      (policies.artifact.load_artifact)
-  2. the network interface exists                             (protocol.check_interface)
-  3. DDS initialises on (domain, interface)                   (protocol.init_dds)
+  2. the network interface exists                             (comm.dds.check_interface)
+  3. DDS initialises on (domain, interface)                   (comm.dds.init_dds)
   4. LowState arrives within a timeout, with a valid CRC
   5. mode_machine is known and is the robot the artifact is for (29-DoF rev 1.0)
   6. the measured state is finite
@@ -12,7 +12,7 @@ the LowCmd writer does not even exist until all of them pass):
 """
 from __future__ import annotations
 
-from deploy import protocol
+from comm import dds, hg
 from deploy.link import Link
 from policies.artifact import Artifact, ArtifactError, load_artifact
 from robots import g1
@@ -34,8 +34,8 @@ def check_artifact(policy_dir) -> Artifact:
 
 def check_interface(interface: str | None) -> None:
     try:
-        protocol.check_interface(interface)
-    except protocol.DDSInitError as e:
+        dds.check_interface(interface)
+    except dds.DDSInitError as e:
         raise PreflightError(str(e)) from e
 
 
@@ -43,7 +43,7 @@ def open_link(domain: int, interface: str | None) -> Link:
     check_interface(interface)
     try:
         return Link(domain, interface)
-    except protocol.DDSInitError as e:
+    except dds.DDSInitError as e:
         raise PreflightError(str(e)) from e
 
 
@@ -55,9 +55,9 @@ def wait_lowstate(link: Link, timeout: float):
         if link.crc_errors or link.parse_errors:
             extra = (f" {link.crc_errors} samples had a bad CRC and {link.parse_errors} were unreadable: "
                      "is this a G1 (unitree_hg messages)?")
-        note = protocol.multicast_note(link.interface) if link.interface else None
+        note = dds.multicast_note(link.interface) if link.interface else None
         raise PreflightError(
-            f"no LowState on {protocol.TOPIC_LOWSTATE} within {timeout:g} s (DDS domain {link.domain}, "
+            f"no LowState on {hg.TOPIC_LOWSTATE} within {timeout:g} s (DDS domain {link.domain}, "
             f"interface {iface}).{extra} Check that the robot is on and wired to this interface "
             f"(real G1: domain 0 on the interface with a 192.168.123.x address) or that the sim bridge "
             f"runs on this domain (`make sim`); DDS on loopback needs `sudo ip link set lo multicast on`."
@@ -81,7 +81,7 @@ def check_no_other_commander(link: Link, listen_s: float) -> None:
     writers, heard = link.other_lowcmd_publishers(listen_s)
     if writers or heard:
         raise PreflightError(
-            f"another process publishes {protocol.TOPIC_LOWCMD} ({writers} matched writers, {heard} commands heard "
+            f"another process publishes {hg.TOPIC_LOWCMD} ({writers} matched writers, {heard} commands heard "
             f"in {listen_s:g} s): on the real G1 release the locomotion service first (remote: L2+R2 for debug "
             f"mode, or MotionSwitcherClient ReleaseMode); otherwise stop the other deploy/controller")
 

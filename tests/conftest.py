@@ -10,16 +10,16 @@ import pytest  # noqa: E402
 
 @pytest.fixture(scope="session")
 def dds_domain():
-    """The DDS domain of this pytest process, initialised on `lo` (deploy.protocol.init_dds).
+    """The DDS domain of this pytest process, initialised on `lo` (comm.dds.init_dds).
 
     unitree_sdk2py's ChannelFactory is a process-wide singleton, so all in-process DDS tests
     share one domain; it is derived from the pid so that test runs started in parallel on one
     machine do not cross-talk (override with G1_TEST_DDS_DOMAIN). Start bridges on this domain.
     """
-    from deploy import protocol
+    from comm import dds
 
     domain = int(os.environ.get("G1_TEST_DDS_DOMAIN", 100 + os.getpid() % 120))
-    protocol.init_dds(domain, protocol.SIM_INTERFACE)
+    dds.init_dds(domain, dds.SIM_INTERFACE)
     return domain
 
 
@@ -64,7 +64,7 @@ def pytest_sessionfinish(session, exitstatus):
     import signal
     import time
 
-    left = [(pid, cmd) for pid, cmd in _child_processes(os.getpid()) if "deploy." in cmd]
+    left = [(pid, cmd) for pid, cmd in _child_processes(os.getpid()) if "deploy." in cmd or "-m sim" in cmd]
     if not left:
         return
     for pid, _ in left:

@@ -10,6 +10,7 @@ import pytest
 
 from calibration import excitation as ex
 from calibration import store
+from robots import calibration as calib_file
 from calibration.imu import fit_imu
 from calibration.joints import check_joints, equilibrium
 from calibration.latency import estimate_latency
@@ -293,14 +294,14 @@ def sample_calibration():
 
 def test_yaml_roundtrip_and_consumers(tmp_path):
     path = store.write(sample_calibration(), tmp_path / "unit.yaml")
-    calib = store.load(path)
+    calib = calib_file.load(path)
     est = store.estimator_config(calib)
     assert est.gyro_bias == (0.01, -0.02, 0.03) and est.accel_bias == (0.1, 0.2, -0.1)
     from deploy.estimator import EstimatorConfig
 
     assert EstimatorConfig.from_calibration(calib).gyro_bias == est.gyro_bias  # deploy's own reader agrees
-    assert store.joint_offsets(calib)[18] == pytest.approx(0.04)
-    c = store.dr_centre(calib)
+    assert calib_file.joint_offsets(calib)[18] == pytest.approx(0.04)
+    c = calib_file.dr_centre(calib)
     assert c["action_delay_s"] == 0.01
     assert c["armature_scale"][0] == 1.0 and c["armature_scale"][15] == 1.5  # unidentified legs: nominal
     assert c["damping"][0] == 0.2 and c["kp_scale"][28] == 0.95 and c["damping"][12] == 0.0  # waist: not fitted
@@ -328,10 +329,10 @@ def test_bad_calibration_file_is_refused(tmp_path, edit, match):
     c = yaml.safe_load(path.read_text())
     edit(c)
     path.write_text(yaml.safe_dump(c))
-    with pytest.raises(store.CalibrationFileError, match=match):
-        store.load(path)
-    with pytest.raises(store.CalibrationFileError, match="does not exist"):
-        store.load(tmp_path / "missing.yaml")
+    with pytest.raises(calib_file.CalibrationFileError, match=match):
+        calib_file.load(path)
+    with pytest.raises(calib_file.CalibrationFileError, match="does not exist"):
+        calib_file.load(tmp_path / "missing.yaml")
 
 
 def test_cli_refuses_bad_arguments_before_commanding(capsys):

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from calibration import cli, store
+from robots import calibration as calib_file
 
 pytestmark = pytest.mark.dds
 
@@ -34,7 +35,7 @@ def bridges_on(domain):
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"deploy.sim_bridge" in cmd and b"--domain" in cmd and cmd[cmd.index(b"--domain") + 1] == str(domain).encode():
+        if b"-m" in cmd and b"sim" in cmd and b"--domain" in cmd and cmd[cmd.index(b"--domain") + 1] == str(domain).encode():
             out.append(int(pid))
     return out
 
@@ -47,7 +48,7 @@ def test_calibration_recovers_hidden_perturbations(dds_domain, tmp_path, capsys)
     printed = capsys.readouterr().out
     assert not bridges_on(dds_domain), "the sim bridge was left running"
     assert rc == cli.EXIT_OK, printed
-    calib = store.load(out)
+    calib = calib_file.load(out)
     errors = {}
 
     # IMU: every component within 10 %
@@ -78,7 +79,7 @@ def test_calibration_recovers_hidden_perturbations(dds_domain, tmp_path, capsys)
         assert fit["residual_rms_rad"] < 0.1 * fit["residual_rms_nominal_rad"]
         for k in ("damping", "frictionloss_scale", "kp_scale"):
             assert fit[k]["identified"], (group, k, fit[k])
-    centre = store.dr_centre(calib)
+    centre = calib_file.dr_centre(calib)
     assert centre["damping"][20] == pytest.approx(calib["actuators"]["arms"]["damping"]["value"])
     assert centre["action_delay_s"] == calib["latency"]["action_delay_s"]
 

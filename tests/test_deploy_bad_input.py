@@ -10,9 +10,9 @@ import yaml
 
 from deploy.cli import BRIDGE_PRIORITY
 from deploy.link import LowCmdObserver
-from deploy.loop import boost_process
+from deploy.realtime import boost_process
 from deploy.preflight import PreflightError, check_mode_machine
-from deploy.sim_bridge import launch_bridge_process
+from comm.sim_process import launch_bridge_process
 from policies.stand import write_stand_artifact
 from tests.test_deploy_support import run_cli
 
@@ -124,9 +124,9 @@ def test_other_lowcmd_publisher_refused(bridge, dds_domain, observer, tmp_path):
     from cyclonedds.topic import Topic
     from unitree_sdk2py.idl.unitree_hg.msg.dds_ import LowCmd_
 
-    from deploy import protocol
+    from comm import dds, dds_compat
 
-    dp = protocol.dds_participant()  # the test process's one participant (dds_domain)
+    dp = dds.dds_participant()  # the test process's one participant (dds_domain)
     topic = Topic(dp, "rt/lowcmd", LowCmd_)
     w = DataWriter(dp, topic)  # matched, silent
     try:
@@ -135,8 +135,8 @@ def test_other_lowcmd_publisher_refused(bridge, dds_domain, observer, tmp_path):
         assert_refused(r, observer, "another process publishes rt/lowcmd (1 matched writers", "L2+R2",
                        "release the locomotion service", since=t0)
     finally:
-        protocol.delete_entity(w)
-        protocol.delete_entity(topic)
+        dds_compat.delete_entity(w)
+        dds_compat.delete_entity(topic)
 
 
 # ---------------------------------------------------------------------- no DDS needed

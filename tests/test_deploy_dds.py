@@ -3,7 +3,7 @@ policy, stale LowState (bridge paused), bridge killed, a push that tips the robo
 (virtual remote). Each must end in damping within a measured bound, asserted here.
 
 The deploy loop runs as `python -m deploy.cli --robot sim --no-bridge` in its own process; this
-process plays the operator/world (virtual remote, pushes, pauses through deploy.sim_msgs.SimClient)
+process plays the operator/world (virtual remote, pushes, pauses through comm.sim_msgs.SimClient)
 and watches rt/lowcmd (deploy.link.LowCmdObserver) to time when damping actually reaches the wire.
 
 Bounds (measured on a 2-core machine shared with JAX compiles, loop at SCHED_FIFO):
@@ -20,9 +20,9 @@ import pytest
 
 from deploy.cli import BRIDGE_PRIORITY
 from deploy.link import LowCmdObserver
-from deploy.loop import boost_process
-from deploy.sim_bridge import launch_bridge_process
-from deploy.sim_msgs import SimClient
+from deploy.realtime import boost_process
+from comm.sim_msgs import SimClient
+from comm.sim_process import launch_bridge_process
 from robots import g1
 from robots.physics import tilt_angle
 from safety.limits import TILT_LIMIT

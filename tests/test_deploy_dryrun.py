@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from deploy import protocol
+from comm import crc
 from deploy.cli import BRIDGE_PRIORITY
 from deploy.link import LowCmdObserver
-from deploy.loop import boost_process
-from deploy.sim_bridge import launch_bridge_process
+from deploy.realtime import boost_process
+from comm.sim_process import launch_bridge_process
 from robots import g1
 from tests.test_deploy_support import (T_POLICY, assert_damping_run, finish, run_cli, sleep_until,
                                        start_and_wait_stand_up, summary_of, wait_until)
@@ -60,7 +60,7 @@ def test_dry_run_end_to_end(dds_domain, tmp_path):
     # what reached the wire: valid CRC, the robot's mode_machine, mode_pr 0, 29 motors enabled
     assert len(cmds) > 0.8 * s["ticks"]
     for _, rec in cmds[:: max(1, len(cmds) // 200)]:
-        assert int(rec["crc"]) == protocol.struct_crc(rec)
+        assert int(rec["crc"]) == crc.struct_crc(rec)
         assert int(rec["mode_machine"]) == g1.MODE_MACHINE_29DOF_REV1 and int(rec["mode_pr"]) == 0
         assert np.all(rec["motor_cmd"]["mode"][:29] == 1) and np.all(rec["motor_cmd"]["mode"][29:] == 0)
     kinds = [k for _, k in changes]

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from deploy.sim_bridge import _die_with_parent
+from comm.sim_process import die_with_parent
 from policies import artifact as A
 from policies.action import ACTION_SCALE
 from policies.observation import MOTION_OBS_TERMS, obs_size, term_specs
@@ -41,7 +41,7 @@ def cli_cmd(*args) -> list[str]:
 
 def run_cli(*args, timeout: float = 120.0) -> subprocess.CompletedProcess:
     return subprocess.run(cli_cmd(*args), capture_output=True, text=True, timeout=timeout, env=cli_env(),
-                          cwd=str(REPO), stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                          cwd=str(REPO), stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
 
 
 _STARTED: list[subprocess.Popen] = []
@@ -51,7 +51,7 @@ def start_cli(*args) -> subprocess.Popen:
     """The deploy CLI in the background; killed after the test if still running (tests/conftest.py
     calls kill_started_clis), and with the test process if that dies (PR_SET_PDEATHSIG)."""
     proc = subprocess.Popen(cli_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=cli_env(), cwd=str(REPO), stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                            env=cli_env(), cwd=str(REPO), stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
     _STARTED.append(proc)
     return proc
 

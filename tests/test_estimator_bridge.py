@@ -1,7 +1,7 @@
 """The state estimator against the sim bridge's ground truth: the bridge's own physics, drive
 PD, IMU, sensor noise and LowState encoding (float32 on the wire).
 
-- offline: deploy.sim_bridge.SimBridge driven step by step in this process (no DDS): every
+- offline: sim.node.SimBridge driven step by step in this process (no DDS): every
   second physics step its LowState record (noise added by the bridge) is decoded and fed to
   the estimator; the ground truth is the bridge's `ground_truth()` of the same instant.
 - over DDS (`-m dds`): a bridge process on loopback, LowState from rt/lowstate, ground truth
@@ -17,12 +17,15 @@ import time
 import numpy as np
 import pytest
 
-from deploy import protocol as P
-from deploy import sim_bridge as sb
+from comm import hg
+from comm.sim_process import launch_bridge_process
+from sim.config import BandConfig, BridgeConfig, NoiseConfig
+from sim.node import SimBridge
+from sim.physics import BridgeSim
 from deploy.estimator import Estimator, EstimatorConfig
 from robots import g1
 
-NOISE = sb.NoiseConfig(gyro_std=0.02, accel_std=0.15, joint_pos_std=0.001, joint_vel_std=0.05,
+NOISE = NoiseConfig(gyro_std=0.02, accel_std=0.15, joint_pos_std=0.001, joint_vel_std=0.05,
                        gyro_bias=(0.01, -0.008, 0.005), accel_bias=(0.05, -0.04, 0.08))
 
 
@@ -36,10 +39,10 @@ def _rmse(ev, eh):
 
 
 def test_against_bridge_ground_truth_offline():
-    cfg = sb.BridgeConfig(band=sb.BandConfig(enabled=False), verbose=False, noise=NOISE)
-    bridge = sb.SimBridge(cfg)
-    bridge.sim = sim = sb.BridgeSim(cfg)
-    sim.set_command(P.lowcmd_arrays(P.lowcmd_record(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)))
+    cfg = BridgeConfig(band=BandConfig(enabled=False), verbose=False, noise=NOISE)
+    bridge = SimBridge(cfg)
+    bridge.sim = sim = BridgeSim(cfg)
+    sim.set_command(hg.lowcmd_arrays(hg.lowcmd_record(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)))
     for _ in range(500):  # settle 0.5 s on the feet
         sim.step()
     est = Estimator(_config(), model=None)
@@ -51,7 +54,7 @@ def test_against_bridge_ground_truth_offline():
         sim.step()
         if sim.steps % 2:
             continue  # LowState at 500 Hz
-        s = P.lowstate_arrays(bridge._capture_state())
+        s = hg.lowstate_arrays(bridge.capture_state())
         gt = sim.ground_truth()
         if not est.initialized:
             est.reset(s.q, s.quat, s.tick * 1e-3)
@@ -84,19 +87,19 @@ def test_against_bridge_ground_truth_over_dds(dds_domain):
     from unitree_sdk2py.core.channel import ChannelPublisher, ChannelSubscriber
     from unitree_sdk2py.idl.unitree_hg.msg.dds_ import LowCmd_, LowState_
 
-    from deploy.sim_msgs import SimClient
+    from comm.sim_msgs import SimClient
 
     args = ["--gyro-noise", "0.02", "--accel-noise", "0.15", "--joint-pos-noise", "0.001",
             "--joint-vel-noise", "0.05", "--gyro-bias", "0.01,-0.008,0.005", "--accel-bias", "0.05,-0.04,0.08"]
-    with sb.launch_bridge_process(args, domain=dds_domain) as bridge:
+    with launch_bridge_process(args, domain=dds_domain) as bridge:
         client = SimClient(dds_domain, gt_history=20000, timeout=10.0)
         pub = ChannelPublisher("rt/lowcmd", LowCmd_)
         pub.Init()
         states: list = []
         recording = threading.Event()
         sub = ChannelSubscriber("rt/lowstate", LowState_)
-        sub.Init(lambda msg: states.append(P.lowstate_to_arrays(msg)) if recording.is_set() else None, 0)
-        cmd = P.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)
+        sub.Init(lambda msg: states.append(hg.lowstate_to_arrays(msg)) if recording.is_set() else None, 0)
+        cmd = hg.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)
         stop = threading.Event()
 
         def stream():  # hold the default pose at 500 Hz on absolute deadlines

@@ -11,22 +11,26 @@ import mujoco
 import numpy as np
 import pytest
 
-from deploy import protocol as P
-from deploy import sim_bridge as sb
-from deploy import sim_msgs
+from comm import crc, hg, remote, sim_msgs
+from comm.sim_process import REPO_ROOT
+from sim.cli import build_arg_parser, config_from_args, parse_push, parse_remote_script
+from sim.config import BandConfig, BridgeConfig, FaultConfig, NoiseConfig, Push
+from sim.node import SimBridge
+from sim.physics import BridgeSim, drive_torque
 from robots import g1
+from robots.physics import quat_to_rpy
 
-NO_BAND = sb.BridgeConfig(band=sb.BandConfig(enabled=False), verbose=False)
+NO_BAND = BridgeConfig(band=BandConfig(enabled=False), verbose=False)
 
 
-def hold_default_pose() -> P.LowCmdArrays:
-    return P.lowcmd_arrays(P.lowcmd_record(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD))
+def hold_default_pose() -> hg.LowCmdArrays:
+    return hg.lowcmd_arrays(hg.lowcmd_record(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD))
 
 
 @pytest.fixture(scope="module")
 def standing():
     """A sim that held the default pose for 1 s without the band (shared, read-only)."""
-    sim = sb.BridgeSim(NO_BAND)
+    sim = BridgeSim(NO_BAND)
     sim.set_command(hold_default_pose())
     for _ in range(1000):
         sim.step()
@@ -34,39 +38,39 @@ def standing():
 
 
 def test_pd_torque_hand_computed():
-    rec = P.lowcmd_record(q=0.0, kp=0.0, kd=0.0)
+    rec = hg.lowcmd_record(q=0.0, kp=0.0, kd=0.0)
     mc = rec["motor_cmd"]
     mc["q"][0], mc["kp"][0], mc["kd"][0], mc["dq"][0], mc["tau"][0] = 0.5, 100.0, 2.0, 1.0, 3.0
     mc["q"][19], mc["kp"][19] = 10.0, 100.0  # left_wrist_roll, limit 25 Nm: saturates
     mc["mode"][4], mc["q"][4], mc["kp"][4] = 0, 1.0, 100.0  # disabled motor: no torque
     q = np.full(29, 0.1)
     dq = np.full(29, -0.5)
-    tau = sb.pd_torque(P.lowcmd_arrays(rec), q, dq)
+    tau = drive_torque(hg.lowcmd_arrays(rec), q, dq)
     assert tau[0] == pytest.approx(3.0 + 100.0 * (0.5 - 0.1) + 2.0 * (1.0 + 0.5))  # 46
     assert tau[19] == pytest.approx(g1.TORQUE_LIMIT[19]) == 25.0
     assert tau[4] == 0.0
     assert not np.delete(tau, [0, 19]).any()
-    assert not sb.pd_torque(None, q, dq).any()  # no command yet: zero torque
+    assert not drive_torque(None, q, dq).any()  # no command yet: zero torque
 
 
 def test_applied_torque_is_pd_of_the_measured_state():
-    sim = sb.BridgeSim(NO_BAND)
+    sim = BridgeSim(NO_BAND)
     cmd = hold_default_pose()
     sim.set_command(cmd)
     for _ in range(20):
         q, dq = sim.data.qpos[sim.qadr].copy(), sim.data.qvel[sim.dadr].copy()
         sim.step()
-        np.testing.assert_allclose(sim.tau, sb.pd_torque(cmd, q, dq))
+        np.testing.assert_allclose(sim.tau, drive_torque(cmd, q, dq))
         np.testing.assert_allclose(sim.data.actuator_force, sim.tau)  # what MuJoCo applied
 
 
 def test_step_split_matches_mj_step():
-    sim = sb.BridgeSim(NO_BAND)
+    sim = BridgeSim(NO_BAND)
     m, d = sim.model, mujoco.MjData(sim.model)
     mujoco.mj_resetDataKeyframe(m, d, sim.home_key)
     sim.set_command(hold_default_pose())
     for _ in range(200):
-        d.ctrl[:] = sb.pd_torque(sim.command, d.qpos[sim.qadr], d.qvel[sim.dadr])
+        d.ctrl[:] = drive_torque(sim.command, d.qpos[sim.qadr], d.qvel[sim.dadr])
         mujoco.mj_step(m, d)
         sim.step()
     np.testing.assert_allclose(sim.data.qpos, d.qpos, atol=1e-6)
@@ -74,7 +78,7 @@ def test_step_split_matches_mj_step():
 
 
 def test_zero_torque_before_any_command_falls():
-    sim = sb.BridgeSim(NO_BAND)
+    sim = BridgeSim(NO_BAND)
     for _ in range(1500):
         sim.step()
         assert not sim.tau.any()
@@ -82,7 +86,7 @@ def test_zero_torque_before_any_command_falls():
 
 
 def test_stands_5s_holding_default_pose():
-    sim = sb.BridgeSim(NO_BAND)
+    sim = BridgeSim(NO_BAND)
     sim.set_command(hold_default_pose())
     heights = []
     for i in range(5000):
@@ -98,7 +102,7 @@ def test_imu_and_ground_truth_at_rest(standing):
     assert np.linalg.norm(s.acc) == pytest.approx(9.81, abs=0.05)  # specific force, +z at rest
     assert s.acc[2] > 9.7
     assert np.abs(s.gyro).max() < 0.02
-    assert abs(P.quat_to_rpy(s.quat)[:2]).max() < 0.05  # upright
+    assert abs(quat_to_rpy(s.quat)[:2]).max() < 0.05  # upright
     assert np.linalg.norm(s.quat) == pytest.approx(1.0)
     rot = standing.data.xmat[standing.base_body].reshape(3, 3)
     np.testing.assert_allclose(gt.lin_vel_body, rot.T @ gt.lin_vel_world, atol=1e-12)
@@ -109,7 +113,7 @@ def test_imu_and_ground_truth_at_rest(standing):
 
 
 def test_imu_gyro_matches_base_rotation():
-    sim = sb.BridgeSim(NO_BAND)
+    sim = BridgeSim(NO_BAND)
     sim.data.qvel[3:6] = [0.3, -0.2, 0.5]  # spin the base (body frame), no gravity effects yet
     mujoco.mj_forward(sim.model, sim.data)
     site_rot = sim.data.site_xmat[sim.imu_site].reshape(3, 3)
@@ -119,8 +123,8 @@ def test_imu_gyro_matches_base_rotation():
 
 
 def test_elastic_band_holds_a_limp_robot_and_releases():
-    cfg = sb.BridgeConfig(band=sb.BandConfig(release_after=2.0), verbose=False)
-    sim = sb.BridgeSim(cfg)
+    cfg = BridgeConfig(band=BandConfig(release_after=2.0), verbose=False)
+    sim = BridgeSim(cfg)
     for _ in range(2000):
         sim.step()
     assert sim.band_engaged and sim.ground_truth().pos[2] > 0.65
@@ -130,8 +134,8 @@ def test_elastic_band_holds_a_limp_robot_and_releases():
 
 
 def test_push_gives_the_impulse_to_the_centre_of_mass():
-    sim = sb.BridgeSim(sb.BridgeConfig(pushes=(sb.Push(0.01, (0.0, 150.0, 0.0), 0.1),), verbose=False,
-                                       band=sb.BandConfig(enabled=False)))
+    sim = BridgeSim(BridgeConfig(pushes=(Push(0.01, (0.0, 150.0, 0.0), 0.1),), verbose=False,
+                                       band=BandConfig(enabled=False)))
     sim.data.qpos[2] += 2.0  # in the air: only gravity (z) and the push act on the robot
     mujoco.mj_forward(sim.model, sim.data)
     com_y = []
@@ -144,7 +148,7 @@ def test_push_gives_the_impulse_to_the_centre_of_mass():
 
 
 def test_reset_restores_home_and_zero_torque():
-    sim = sb.BridgeSim(NO_BAND)
+    sim = BridgeSim(NO_BAND)
     sim.set_command(hold_default_pose())
     for _ in range(300):
         sim.step()
@@ -159,16 +163,16 @@ def test_reset_restores_home_and_zero_torque():
 
 def test_lockstep_core_is_deterministic():
     def run():
-        cfg = sb.BridgeConfig(seed=3, verbose=False, noise=sb.NoiseConfig(gyro_std=0.01, joint_pos_std=0.001),
-                              faults=sb.FaultConfig(cmd_drop=0.2))
-        bridge = sb.SimBridge(cfg)
-        bridge.sim = sb.BridgeSim(cfg)
+        cfg = BridgeConfig(seed=3, verbose=False, noise=NoiseConfig(gyro_std=0.01, joint_pos_std=0.001),
+                              faults=FaultConfig(cmd_drop=0.2))
+        bridge = SimBridge(cfg)
+        bridge.sim = BridgeSim(cfg)
         out = []
-        cmd = P.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)
+        cmd = hg.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)
         for k in range(200):
-            bridge._pump_commands([cmd])
+            bridge.pump_commands([cmd])
             for i in range(2):
-                states, _ = bridge._advance(publish_state=i == 1, drain_inbox=False)
+                states, _ = bridge.advance(publish_state=i == 1, drain_inbox=False)
                 out += states
         return bridge.sim.data.qpos.copy(), out, dict(bridge.counters)
 
@@ -177,11 +181,11 @@ def test_lockstep_core_is_deterministic():
     assert s1 == s2 and c1 == c2 and len(s1) == 200 and 0 < c1["cmd_dropped"] < 80
 
 
-def offline_bridge(**kw) -> sb.SimBridge:
+def offline_bridge(**kw) -> SimBridge:
     """A SimBridge driven step by step without DDS (white box: the pipeline, not the wire)."""
-    cfg = sb.BridgeConfig(verbose=False, **kw)
-    bridge = sb.SimBridge(cfg)
-    bridge.sim = sb.BridgeSim(cfg)
+    cfg = BridgeConfig(verbose=False, **kw)
+    bridge = SimBridge(cfg)
+    bridge.sim = BridgeSim(cfg)
     return bridge
 
 
@@ -189,22 +193,22 @@ def run_steps(bridge, n, cmd=None):
     states = []
     for k in range(n):
         if cmd is not None:
-            bridge._on_lowcmd(cmd)
-        s, _ = bridge._advance(publish_state=(bridge.sim.steps + 1) % 2 == 0)
-        states += [P.lowstate_record_from_cdr(x) for x in s]
+            bridge.submit_lowcmd(cmd)
+        s, _ = bridge.advance(publish_state=(bridge.sim.steps + 1) % 2 == 0)
+        states += [hg.lowstate_record_from_cdr(x) for x in s]
     return states
 
 
 def test_rejected_commands_are_counted_and_never_applied():
-    bridge = offline_bridge(band=sb.BandConfig(enabled=False))
-    bad_crc = P.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)
+    bridge = offline_bridge(band=BandConfig(enabled=False))
+    bad_crc = hg.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)
     bad_crc.crc ^= 0xFF
     q = g1.DEFAULT_JOINT_POS.copy()
     q[0] = math.nan
     for msg, counter in ((bad_crc, "cmd_rejected_crc"),
-                         (P.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, mode_machine=2), "cmd_rejected_mode_machine"),
-                         (P.build_lowcmd(q=q, kp=g1.KP), "cmd_rejected_nonfinite"),
-                         (P.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, mode_pr=1), "cmd_rejected_mode_pr")):
+                         (hg.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, mode_machine=2), "cmd_rejected_mode_machine"),
+                         (hg.build_lowcmd(q=q, kp=g1.KP), "cmd_rejected_nonfinite"),
+                         (hg.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, mode_pr=1), "cmd_rejected_mode_pr")):
         states = run_steps(bridge, 10, msg)
         assert bridge.counters[counter] == 10
         assert bridge.sim.command is None and not bridge.sim.tau.any()
@@ -213,64 +217,64 @@ def test_rejected_commands_are_counted_and_never_applied():
 
 
 def test_state_latency_drop_corruption_and_pause():
-    late = offline_bridge(faults=sb.FaultConfig(state_latency_ms=10))
+    late = offline_bridge(faults=FaultConfig(state_latency_ms=10))
     ticks = [int(s["tick"]) for s in run_steps(late, 40)]
     assert ticks[0] == 2 and len(ticks) == 20 - 5  # the first 10 ms are in flight at the end
     # each published state was measured 10 ms before publication: publication happens at step
     # tick + 10, so the state published after step 40 is tick 30
     assert ticks[-1] == 30
 
-    dropped = offline_bridge(faults=sb.FaultConfig(state_drop=1.0))
+    dropped = offline_bridge(faults=FaultConfig(state_drop=1.0))
     assert run_steps(dropped, 20) == [] and dropped.counters["state_dropped"] == 10
 
-    corrupt = offline_bridge(faults=sb.FaultConfig(crc_corrupt=0.5), seed=1)
+    corrupt = offline_bridge(faults=FaultConfig(crc_corrupt=0.5), seed=1)
     states = run_steps(corrupt, 400)
-    bad = sum(P.struct_crc(s) != int(s["crc"]) for s in states)
+    bad = sum(crc.struct_crc(s) != int(s["crc"]) for s in states)
     assert bad == corrupt.counters["state_crc_corrupted"] and 60 < bad < 140
 
     paused = offline_bridge()
-    paused._on_control("control", sim_msgs.SimControl_(7, sim_msgs.OP_PAUSE_STATE, [0.01, 0, 0, 0, 0, 0]))
+    paused.submit_control("control", sim_msgs.SimControl_(7, sim_msgs.OP_PAUSE_STATE, [0.01, 0, 0, 0, 0, 0]))
     ticks = [int(s["tick"]) for s in run_steps(paused, 20)]
     assert ticks == [10, 12, 14, 16, 18, 20] and paused.counters["state_paused"] == 4
-    assert paused._control_seq == 7
+    assert paused.control_seq == 7
 
 
 def test_command_latency_and_drop():
-    bridge = offline_bridge(band=sb.BandConfig(enabled=False), faults=sb.FaultConfig(cmd_latency_ms=5))
-    cmd = P.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)
-    bridge._on_lowcmd(cmd)
+    bridge = offline_bridge(band=BandConfig(enabled=False), faults=FaultConfig(cmd_latency_ms=5))
+    cmd = hg.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)
+    bridge.submit_lowcmd(cmd)
     for k in range(5):
         run_steps(bridge, 1)
         assert bridge.sim.command is None, k
     run_steps(bridge, 1)
     assert bridge.sim.command is not None and bridge.counters["cmd_accepted"] == 1
 
-    lossy = offline_bridge(faults=sb.FaultConfig(cmd_drop=1.0))
+    lossy = offline_bridge(faults=FaultConfig(cmd_drop=1.0))
     run_steps(lossy, 10, cmd)
     assert lossy.counters["cmd_dropped"] == 10 and lossy.sim.command is None
 
 
 def test_control_messages_reset_band_push():
     bridge = offline_bridge()
-    run_steps(bridge, 10, P.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD))
+    run_steps(bridge, 10, hg.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD))
     assert bridge.sim.band_engaged and bridge.sim.command is not None
-    bridge._on_control("control", sim_msgs.SimControl_(1, sim_msgs.OP_BAND, [0.0] * 6))
-    bridge._on_control("control", sim_msgs.SimControl_(2, sim_msgs.OP_PUSH, [0.0, 50.0, 0.0, 0.05, 0, 0]))
+    bridge.submit_control("control", sim_msgs.SimControl_(1, sim_msgs.OP_BAND, [0.0] * 6))
+    bridge.submit_control("control", sim_msgs.SimControl_(2, sim_msgs.OP_PUSH, [0.0, 50.0, 0.0, 0.05, 0, 0]))
     run_steps(bridge, 1)
     assert not bridge.sim.band_engaged and bridge.sim.data.xfrc_applied[bridge.sim.base_body, 1] == 50.0
-    bridge._on_control("control", sim_msgs.SimControl_(3, sim_msgs.OP_RESET, [0.0] * 6))
-    bridge._on_control("control", sim_msgs.SimControl_(4, "explode", [0.0] * 6))
+    bridge.submit_control("control", sim_msgs.SimControl_(3, sim_msgs.OP_RESET, [0.0] * 6))
+    bridge.submit_control("control", sim_msgs.SimControl_(4, "explode", [0.0] * 6))
     run_steps(bridge, 1)
     assert bridge.sim.resets == 1 and bridge.sim.command is None and bridge.sim.band_engaged
-    assert bridge.counters["control_rejected"] == 1 and bridge._control_seq == 4
+    assert bridge.counters["control_rejected"] == 1 and bridge.control_seq == 4
 
 
 def test_virtual_remote_script_and_topic():
-    script = sb.parse_remote_script("0.010:start, 0.020:L2+B@0.004, 0.030:lx=0.5+ly=-0.25")
-    assert script[1].buttons == P.button_mask("L2", "B") and script[1].hold == 0.004
+    script = parse_remote_script("0.010:start, 0.020:L2+B@0.004, 0.030:lx=0.5+ly=-0.25")
+    assert script[1].buttons == remote.button_mask("L2", "B") and script[1].hold == 0.004
     assert script[2].sticks == (("lx", 0.5), ("ly", -0.25))
     bridge = offline_bridge(remote_script=script)
-    by_tick = {int(s["tick"]): P.decode_remote(s["wireless_remote"].tobytes()) for s in run_steps(bridge, 260)}
+    by_tick = {int(s["tick"]): remote.decode_remote(s["wireless_remote"].tobytes()) for s in run_steps(bridge, 260)}
     assert by_tick[8].buttons == 0
     assert by_tick[12].pressed() == ("Start",)
     assert by_tick[22].pressed() == ("Start", "L2", "B")
@@ -278,21 +282,21 @@ def test_virtual_remote_script_and_topic():
     assert by_tick[212].buttons == 0  # Start held the default 0.2 s
     assert by_tick[40].lx == 0.5 and by_tick[260].ly == -0.25  # sticks persist
 
-    bridge._on_control("remote", sim_msgs.SimRemote_(9, P.button_mask("A"), 0.0, 0.0, 0.0, 0.0, 0.0, 0.01))
+    bridge.submit_control("remote", sim_msgs.SimRemote_(9, remote.button_mask("A"), 0.0, 0.0, 0.0, 0.0, 0.0, 0.01))
     states = run_steps(bridge, 20)
-    first, last = (P.decode_remote(s["wireless_remote"].tobytes()) for s in (states[0], states[-1]))
+    first, last = (remote.decode_remote(s["wireless_remote"].tobytes()) for s in (states[0], states[-1]))
     assert first.pressed() == ("A",) and first.lx == 0.0  # a SimRemote_ sets the whole remote
-    assert last.buttons == 0 and bridge._remote_seq == 9
+    assert last.buttons == 0 and bridge.remote_seq == 9
 
 
 def test_sensor_noise_and_bias(standing):
-    cfg = sb.BridgeConfig(verbose=False, noise=sb.NoiseConfig(
+    cfg = BridgeConfig(verbose=False, noise=NoiseConfig(
         gyro_std=0.02, accel_std=0.1, joint_pos_std=0.005, joint_vel_std=0.05,
         gyro_bias=(0.01, -0.02, 0.03), accel_bias=(0.2, 0.0, 0.0)))
-    bridge = sb.SimBridge(cfg)
+    bridge = SimBridge(cfg)
     bridge.sim = standing  # a frozen instant: published minus true = noise + bias
     truth = standing.sensor_state()
-    recs = [P.lowstate_arrays(bridge._capture_state()) for _ in range(400)]
+    recs = [hg.lowstate_arrays(bridge.capture_state()) for _ in range(400)]
     gyro = np.array([r.gyro for r in recs]) - truth.gyro
     acc = np.array([r.acc for r in recs]) - truth.acc
     q = np.array([r.q for r in recs]) - truth.q
@@ -303,53 +307,53 @@ def test_sensor_noise_and_bias(standing):
 
 
 def test_model_overrides_reach_the_model():
-    ns = sb.build_arg_parser().parse_args(["--armature-scale", "2", "--extra-joint-damping", "0.5",
+    ns = build_arg_parser().parse_args(["--armature-scale", "2", "--extra-joint-damping", "0.5",
                                            "--frictionloss-scale", "0"])
-    cfg = sb.config_from_args(ns)
-    base, perturbed = sb.BridgeSim(sb.BridgeConfig(verbose=False)).model, sb.BridgeSim(cfg).model
-    dof = sb.BridgeSim(cfg).dadr
+    cfg = config_from_args(ns)
+    base, perturbed = BridgeSim(BridgeConfig(verbose=False)).model, BridgeSim(cfg).model
+    dof = BridgeSim(cfg).dadr
     np.testing.assert_allclose(perturbed.dof_armature[dof], 2 * base.dof_armature[dof])
     np.testing.assert_allclose(perturbed.dof_damping[dof], base.dof_damping[dof] + 0.5)
     assert not perturbed.dof_frictionloss[dof].any()
 
 
 def test_cli_config_parsing_and_errors():
-    cfg = sb.config_from_args(sb.build_arg_parser().parse_args(
+    cfg = config_from_args(build_arg_parser().parse_args(
         ["--lockstep", "--push", "1.5:0,80,0@0.2", "--push", "3:10,0,0", "--crc-corrupt", "0.1",
          "--state-latency-ms", "20", "--gyro-bias", "0.01,0,0", "--no-band", "--domain", "5"]))
     assert cfg.lockstep and cfg.domain == 5 and not cfg.band.enabled
-    assert cfg.pushes == (sb.Push(1.5, (0.0, 80.0, 0.0), 0.2), sb.Push(3.0, (10.0, 0.0, 0.0), 0.1))
+    assert cfg.pushes == (Push(1.5, (0.0, 80.0, 0.0), 0.2), Push(3.0, (10.0, 0.0, 0.0), 0.1))
     assert cfg.faults.crc_corrupt == 0.1 and cfg.faults.state_latency_ms == 20
     with pytest.raises(ValueError, match="--push"):
-        sb.parse_push("1.0:1,2")
+        parse_push("1.0:1,2")
     with pytest.raises(ValueError, match="unknown remote button"):
-        sb.parse_remote_script("1.0:Q")
+        parse_remote_script("1.0:Q")
     with pytest.raises(SystemExit):
-        sb.build_arg_parser().parse_args(["--state-drop", "1.5"])
+        build_arg_parser().parse_args(["--state-drop", "1.5"])
 
 
 def test_help_lists_flags_and_import_has_no_side_effects():
-    out = subprocess.run([sys.executable, "-m", "deploy.sim_bridge", "--help"], capture_output=True, text=True,
-                         timeout=120, cwd=sb.REPO_ROOT)
+    out = subprocess.run([sys.executable, "-m", "sim", "--help"], capture_output=True, text=True,
+                         timeout=120, cwd=REPO_ROOT)
     assert out.returncode == 0
     for flag in ("--domain", "--interface", "--lockstep", "--state-latency-ms", "--cmd-latency-ms",
                  "--state-drop", "--cmd-drop", "--push", "--crc-corrupt", "--armature-scale", "--damping-scale",
                  "--frictionloss-scale", "--remote-script", "--viewer", "--no-band", "--band-release-after",
                  "--gyro-noise", "--accel-bias"):
         assert flag in out.stdout, flag
-    probe = ("import threading, deploy.sim_bridge, deploy.sim_msgs; from deploy import protocol; "
+    probe = ("import threading, sim.cli, sim.node, comm.sim_msgs, comm.sim_process; from comm import dds; "
              "from unitree_sdk2py.core.channel import ChannelFactory; "
-             "assert protocol.dds_initialized() is None; "
+             "assert dds.dds_initialized() is None; "
              "assert getattr(ChannelFactory, '_ChannelFactory__participant', None) is None; "
              "assert threading.active_count() == 1, threading.enumerate()")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
-                         cwd=sb.REPO_ROOT)
+                         cwd=REPO_ROOT)
     assert out.returncode == 0, out.stderr
 
 
 def test_unknown_interface_exits_with_a_clear_error():
-    out = subprocess.run([sys.executable, "-m", "deploy.sim_bridge", "--interface", "nosuch0", "--domain", "3"],
-                         capture_output=True, text=True, timeout=120, cwd=sb.REPO_ROOT)
+    out = subprocess.run([sys.executable, "-m", "sim", "--interface", "nosuch0", "--domain", "3"],
+                         capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert out.returncode == 2
     assert "network interface 'nosuch0' does not exist; available:" in out.stderr
     assert "Traceback" not in out.stderr
@@ -359,7 +363,7 @@ def test_viewer_without_a_display_is_a_clear_error():
     import os
 
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
-    out = subprocess.run([sys.executable, "-m", "deploy.sim_bridge", "--viewer", "--busy-check-s", "0",
+    out = subprocess.run([sys.executable, "-m", "sim", "--viewer", "--busy-check-s", "0",
                           "--domain", str(50 + os.getpid() % 40)],
-                         capture_output=True, text=True, timeout=120, cwd=sb.REPO_ROOT, env=env)
+                         capture_output=True, text=True, timeout=120, cwd=REPO_ROOT, env=env)
     assert out.returncode == 2 and "--viewer needs a display" in out.stderr, out.stderr

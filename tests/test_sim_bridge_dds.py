@@ -17,9 +17,10 @@ import warnings
 import numpy as np
 import pytest
 
-from deploy import protocol
-from deploy.sim_bridge import LOOP_PHASES, REPO_ROOT, launch_bridge_process
-from deploy.sim_msgs import SimClient
+from comm import dds_compat, hg
+from comm.sim_msgs import SimClient
+from comm.sim_process import REPO_ROOT, launch_bridge_process
+from sim.node import LOOP_PHASES
 from robots import g1
 
 pytestmark = pytest.mark.dds
@@ -53,7 +54,7 @@ def lowcmd_pub(bridge):
     pub = ChannelPublisher("rt/lowcmd", LowCmd_)
     pub.Init()
     yield pub
-    protocol.close_channel(pub)
+    dds_compat.close_channel(pub)
 
 
 class LowStateRecorder:
@@ -79,7 +80,7 @@ class LowStateRecorder:
         raise AssertionError("no matching LowState in time")
 
     def close(self):
-        protocol.close_channel(self.sub)
+        dds_compat.close_channel(self.sub)
 
 
 def hold_pose_cmd(mode_machine=g1.MODE_MACHINE_29DOF_REV1):
@@ -212,7 +213,7 @@ def test_lowstate_arrives_at_500hz_with_valid_crc(bridge, client):
     assert all(crc.Crc(m) == m.crc for m in msgs)
     assert {m.mode_machine for m in msgs} == {g1.MODE_MACHINE_29DOF_REV1}
     assert {m.mode_pr for m in msgs} == {0}
-    last = protocol.lowstate_to_arrays(msgs[-1])
+    last = hg.lowstate_to_arrays(msgs[-1])
     assert np.linalg.norm(last.quat) == pytest.approx(1.0, abs=1e-5)
     assert np.linalg.norm(last.acc) == pytest.approx(9.81, abs=1.0)
     assert all(len(m.motor_state) == 35 for m in msgs[:5])
@@ -285,10 +286,10 @@ def test_virtual_remote_and_stale_state_pause(client):
     rec = LowStateRecorder()
     try:
         client.press("L2", "B", hold_s=0.3, lx=0.5)
-        msg = rec.wait_for(lambda m: protocol.lowstate_to_arrays(m).remote.buttons != 0)
-        remote = protocol.lowstate_to_arrays(msg).remote
+        msg = rec.wait_for(lambda m: hg.lowstate_to_arrays(m).remote.buttons != 0)
+        remote = hg.lowstate_to_arrays(msg).remote
         assert remote.pressed() == ("L2", "B") and remote.lx == pytest.approx(0.5)
-        rec.wait_for(lambda m: protocol.lowstate_to_arrays(m).remote.buttons == 0, timeout=3.0)
+        rec.wait_for(lambda m: hg.lowstate_to_arrays(m).remote.buttons == 0, timeout=3.0)
 
         n = len(rec.samples)
         tick0 = rec.samples[n - 1][1].tick
@@ -319,7 +320,7 @@ def test_push_over_the_control_topic(client, lowcmd_pub):
 
 
 def test_second_bridge_on_the_same_domain_refuses_to_start(bridge, dds_domain):
-    out = subprocess.run([sys.executable, "-m", "deploy.sim_bridge", "--domain", str(dds_domain)],
+    out = subprocess.run([sys.executable, "-m", "sim", "--domain", str(dds_domain)],
                          capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert out.returncode == 3, out.stdout + out.stderr
     assert f"another publisher of rt/lowstate is on DDS domain {dds_domain}" in out.stderr

@@ -4,9 +4,10 @@ import queue
 
 import pytest
 
-from deploy import protocol
-from deploy.sim_bridge import BridgeConfig, SimBridge
-from deploy.sim_msgs import SimClient
+from comm import dds_compat, hg
+from comm.sim_msgs import SimClient
+from sim.config import BridgeConfig
+from sim.node import SimBridge
 from robots import g1
 
 pytestmark = pytest.mark.dds
@@ -16,7 +17,7 @@ def test_in_process_bridge_start_stop_twice(dds_domain):
     from unitree_sdk2py.core.channel import ChannelPublisher, ChannelSubscriber
     from unitree_sdk2py.idl.unitree_hg.msg.dds_ import LowCmd_, LowState_
 
-    cmd = protocol.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)
+    cmd = hg.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)
     for _ in range(2):
         with SimBridge(BridgeConfig(domain=dds_domain, lockstep=True, verbose=False)) as bridge:
             states = queue.Queue()
@@ -36,15 +37,15 @@ def test_in_process_bridge_start_stop_twice(dds_domain):
                 client.reset()
                 assert client.status().resets == 1
             finally:
-                protocol.close_channel(sub)
-                protocol.close_channel(pub)
+                dds_compat.close_channel(sub)
+                dds_compat.close_channel(pub)
                 client.close()
             assert bridge.stats()["cmd_accepted"] == 10
         assert not bridge._thread.is_alive()
 
 
 def test_in_process_bridge_reports_a_busy_domain_from_start(dds_domain):
-    from deploy.sim_bridge import BridgeLaunchError
+    from comm.sim_process import BridgeLaunchError
 
     with SimBridge(BridgeConfig(domain=dds_domain, lockstep=True, verbose=False)):
         with pytest.raises(BridgeLaunchError, match="another publisher of rt/lowstate"):

@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from deploy import protocol
-from deploy.sim_bridge import launch_bridge_process
-from deploy.sim_msgs import SimClient
+from comm import dds_compat
+from comm.sim_msgs import SimClient
+from comm.sim_process import launch_bridge_process
 from robots import g1
 
 pytestmark = pytest.mark.dds
@@ -52,8 +52,8 @@ class LockstepClient:
         return self.next_state(tick)
 
     def close(self):
-        protocol.close_channel(self.sub)
-        protocol.close_channel(self.pub)
+        dds_compat.close_channel(self.sub)
+        dds_compat.close_channel(self.pub)
 
 
 def hold_cmd():

@@ -1,7 +1,8 @@
 """Sim-only DDS topics of the sim bridge, and a small client to drive a running bridge.
 
-The robot's own topics (rt/lowstate, rt/lowcmd) are in `deploy.protocol`. These four exist
-only in simulation; deploy code uses them for dry runs and evaluation, never for control:
+The robot's own topics (rt/lowstate, rt/lowcmd) are in `comm.hg`. These four exist only in
+simulation; the bridge (sim/) serves them, and deploy uses them (through this module, never
+through sim/) for dry runs and evaluation, never for control:
 
 | topic | type | direction | what |
 |---|---|---|---|
@@ -31,7 +32,8 @@ from typing import Any, Callable, Iterable
 import cyclonedds.idl.types as types
 from cyclonedds.idl import IdlStruct
 
-from deploy import protocol
+from comm import dds, dds_compat
+from comm.remote import button_mask
 
 TOPIC_REMOTE = "rt/sim/remote"
 TOPIC_CONTROL = "rt/sim/control"
@@ -131,12 +133,12 @@ def _qos(keep_all: bool) -> Any:
 
 
 class SimTopics:
-    """The sim-only topics on the process's DDS participant (after protocol.init_dds)."""
+    """The sim-only topics on the process's DDS participant (after comm.dds.init_dds)."""
 
     def __init__(self) -> None:
         from cyclonedds.topic import Topic
 
-        self.participant = protocol.dds_participant()
+        self.participant = dds.dds_participant()
         self.topics = {
             TOPIC_REMOTE: Topic(self.participant, TOPIC_REMOTE, SimRemote_),
             TOPIC_CONTROL: Topic(self.participant, TOPIC_CONTROL, SimControl_),
@@ -155,14 +157,13 @@ class SimTopics:
     def reader(self, name: str, on_sample: Callable[[Any], None], keep_all: bool = True) -> Any:
         """Reader whose listener hands every valid sample to on_sample (listener thread)."""
         from cyclonedds.core import Listener
-        from cyclonedds.internal import InvalidSample
         from cyclonedds.sub import DataReader
 
         def on_data_available(reader: Any) -> None:
             while True:
                 samples = reader.take(N=64)
                 for s in samples:
-                    if not isinstance(s, InvalidSample):
+                    if dds_compat.is_valid_sample(s):
                         on_sample(s)
                 if len(samples) < 64:
                     return
@@ -173,12 +174,12 @@ class SimTopics:
         return r
 
     def close(self) -> None:
-        """Delete the readers and writers, then the topics, now (see protocol.close_channel)."""
+        """Delete the readers and writers, then the topics, now (see dds_compat.close_channel)."""
         for e in self._entities:
-            protocol.delete_entity(e)
+            dds_compat.delete_entity(e)
         self._entities.clear()
         for t in self.topics.values():
-            protocol.delete_entity(t)
+            dds_compat.delete_entity(t)
         self.topics.clear()
 
     def topic(self, name: str, data_type: Any) -> Any:
@@ -187,6 +188,11 @@ class SimTopics:
 
         t = self.topics[name] = Topic(self.participant, name, data_type)
         return t
+
+    def own(self, entity: Any) -> Any:
+        """Delete `entity` (a reader or writer made on one of these topics) with the others by close()."""
+        self._entities.append(entity)
+        return entity
 
 
 def wait_matched(writer: Any, timeout: float) -> bool:
@@ -205,7 +211,7 @@ class SimClientError(RuntimeError):
 
 class SimClient:
     """Drive a running sim bridge: virtual remote, reset, pushes, band, stale-state pauses,
-    and read its ground truth and status. Initialises DDS with `protocol.init_dds`.
+    and read its ground truth and status. Initialises DDS with `comm.dds.init_dds`.
 
         client = SimClient(domain=1)
         client.press("Start")            # returns once the bridge applied it
@@ -213,9 +219,9 @@ class SimClient:
         gt = client.ground_truth()       # latest SimGroundTruth_
     """
 
-    def __init__(self, domain: int = protocol.SIM_DOMAIN, interface: str | None = protocol.SIM_INTERFACE,
+    def __init__(self, domain: int = dds.SIM_DOMAIN, interface: str | None = dds.SIM_INTERFACE,
                  *, gt_history: int = 0, timeout: float = 5.0):
-        protocol.init_dds(domain, interface)
+        dds.init_dds(domain, interface)
         self.timeout = timeout
         self._topics = SimTopics()
         self._lock = threading.Lock()
@@ -317,7 +323,7 @@ class SimClient:
 
     def press(self, *buttons: str, hold_s: float = 0.2, wait: bool = True, **sticks: float) -> None:
         """Press buttons by name for hold_s seconds of sim time: press("L2", "B")."""
-        self.set_remote(protocol.button_mask(*buttons), hold_s=hold_s, wait=wait, **sticks)
+        self.set_remote(button_mask(*buttons), hold_s=hold_s, wait=wait, **sticks)
 
     def close(self) -> None:
         self._topics.close()

@@ -1,48 +1,37 @@
-"""Unitree "hg" low-level protocol: the pieces the deploy loop and the sim bridge share.
+"""Unitree "hg" low-level messages (LowCmd_, LowState_) as numpy: layouts, encode/decode, checks.
 
-Everything here is a pure function of its arguments except `init_dds` (which initialises
-unitree_sdk2py's process-wide DDS ChannelFactory). Importing this module has no side effects.
+Pure functions of their arguments; no DDS participants, no side effects at import (beyond
+comm.dds_compat's version check). Shared by the deploy loop and the sim bridge.
 
-Wire facts (shared/reference/unitree_g1.md, unitree_sdk2py `utils/crc.py`, `idl/unitree_hg`):
+Wire facts (unitree_sdk2py `utils/crc.py`, `idl/unitree_hg`):
 - `LowCmd_` and `LowState_` carry 35 motor slots; the G1 uses the first 29 (`g1.NUM_MOTORS`).
-- CRC: CRC-32, polynomial 0x04C11DB7, init 0xFFFFFFFF, no reflection, no final xor, fed
-  MSB first with the message packed as a little-endian C struct (natural alignment), taken
-  as 32-bit words, excluding the trailing crc word (LowCmd_ 1004 bytes, LowState_ 2092).
-  That is CRC-32/MPEG-2 over each word's bytes in big-endian order.
+- CRC (comm.crc): over the message packed as a little-endian C struct (natural alignment),
+  excluding the trailing crc word (LowCmd_ 1004 bytes, LowState_ 2092).
 - The C-struct images used for the CRC are numpy structured dtypes here (`LOWCMD_DTYPE`,
   `LOWSTATE_DTYPE`); the XCDR1 wire encoding differs from them only by the padding in
   front of motor slot 0 (`*_cdr` functions), which lets the bridge encode a 500 Hz
   LowState in ~20 us instead of ~800 us through cyclonedds' Python serializer.
-- wireless_remote (40 bytes): [2:4] buttons u16 little endian (bit 0..15 = `BUTTONS`),
-  float32 [4:8] lx, [8:12] rx, [12:16] ry, [16:20] L2 analog, [20:24] ly.
+- wireless_remote (40 bytes): comm.remote.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
-import socket
-import struct
-import threading
-import zlib
-from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
+from comm import dds_compat
+from comm.crc import struct_crc
+from comm.remote import REMOTE_BYTES, RemoteState, decode_remote
 from robots import g1
 
-# ----------------------------------------------------------------------------- topics, domains
+# ----------------------------------------------------------------------------- topics, slots
 TOPIC_LOWSTATE = "rt/lowstate"
 TOPIC_LOWCMD = "rt/lowcmd"
-ROBOT_DOMAIN = 0  # real G1: domain 0 on the ethernet interface wired to 192.168.123.x
-SIM_DOMAIN = 1  # simulation convention: domain 1 on loopback
-SIM_INTERFACE = "lo"
-MAX_DOMAIN_ID = 232  # cyclonedds' default port mapping (7400 + 250 d + ...) must stay < 65536
 
 NUM_SLOTS = g1.NUM_MOTOR_SLOTS
 MOTOR_MODE_DISABLE = 0
 MOTOR_MODE_ENABLE = 1
-IFF_MULTICAST = 0x1000  # <linux/if.h>
 
 # ----------------------------------------------------------------------------- C-struct images
 MOTOR_CMD_DTYPE = np.dtype(
@@ -76,115 +65,6 @@ LOWSTATE_DTYPE = np.dtype(
 assert LOWCMD_DTYPE.itemsize == 1004 and LOWSTATE_DTYPE.itemsize == 2092
 
 _XCDR1_LE_HEADER = b"\x00\x01\x00\x00"  # encapsulation CDR_LE, options 0
-
-# ----------------------------------------------------------------------------- CRC
-
-
-def _crc_table() -> tuple[int, ...]:
-    table = []
-    for byte in range(256):
-        c = byte << 24
-        for _ in range(8):
-            c = ((c << 1) ^ 0x04C11DB7) if c & 0x80000000 else (c << 1)
-        table.append(c & 0xFFFFFFFF)
-    return tuple(table)
-
-
-_CRC_TABLE = _crc_table()
-# CRC-32/MPEG-2 is the bit mirror of zlib's reflected CRC-32 (same polynomial and initial
-# register): mpeg2(d) = rev32(zlib.crc32(rev8(d)) ^ 0xFFFFFFFF), rev8 reversing the bits of each
-# byte. zlib's table-driven C does a LowState in ~10 us, 3x faster than unitree's bitwise C
-# library through ctypes; tests check both against a bitwise CRC written from the definition.
-_REV8 = bytes(int(f"{i:08b}"[::-1], 2) for i in range(256))
-
-
-def crc32_bytes_mpeg2(data: bytes, crc: int = 0xFFFFFFFF) -> int:
-    """CRC-32/MPEG-2 of a byte string (poly 0x04C11DB7, init ~0, MSB first, no xorout)."""
-    for b in data:
-        crc = ((crc << 8) & 0xFFFFFFFF) ^ _CRC_TABLE[((crc >> 24) ^ b) & 0xFF]
-    return crc
-
-
-def crc32_mpeg2_fast(data: bytes) -> int:
-    """crc32_bytes_mpeg2(data) through zlib."""
-    r = zlib.crc32(data.translate(_REV8)) ^ 0xFFFFFFFF
-    return int.from_bytes(r.to_bytes(4, "little").translate(_REV8), "big")
-
-
-def crc32_words(words: np.ndarray) -> int:
-    """Unitree's CRC over 32-bit words (uint32 array), as `utils.crc.CRC` computes it: each
-    word's bits MSB first, i.e. CRC-32/MPEG-2 over the words' big-endian bytes."""
-    return crc32_mpeg2_fast(np.ascontiguousarray(words, dtype=">u4").tobytes())
-
-
-def struct_crc(record: np.ndarray) -> int:
-    """CRC of a LOWCMD_DTYPE / LOWSTATE_DTYPE record: all words but the trailing crc."""
-    words = np.frombuffer(record.tobytes(), dtype="<u4")[:-1]
-    return crc32_mpeg2_fast(words.byteswap().tobytes())  # = crc32_words(words), one copy fewer
-
-
-# ----------------------------------------------------------------------------- remote
-
-
-BUTTONS: tuple[str, ...] = (
-    "R1", "L1", "Start", "Select", "R2", "L2", "F1", "F2",
-    "A", "B", "X", "Y", "Up", "Right", "Down", "Left",
-)
-_BUTTON_BIT = {name.lower(): i for i, name in enumerate(BUTTONS)}
-REMOTE_BYTES = 40
-
-
-@dataclasses.dataclass(frozen=True)
-class RemoteState:
-    """The wireless remote as LowState carries it: a button bit mask and five analog axes."""
-
-    buttons: int = 0
-    lx: float = 0.0
-    rx: float = 0.0
-    ry: float = 0.0
-    l2: float = 0.0
-    ly: float = 0.0
-
-    def pressed(self) -> tuple[str, ...]:
-        return button_names(self.buttons)
-
-    def is_pressed(self, name: str) -> bool:
-        return bool(self.buttons & button_mask(name))
-
-
-def button_mask(*names: str | Iterable[str]) -> int:
-    """Bit mask of buttons by name (case-insensitive): button_mask("L2", "B")."""
-    mask = 0
-    for n in names:
-        if not isinstance(n, str):
-            mask |= button_mask(*n)
-            continue
-        try:
-            mask |= 1 << _BUTTON_BIT[n.strip().lower()]
-        except KeyError:
-            raise ValueError(f"unknown remote button {n!r}; buttons are {list(BUTTONS)}") from None
-    return mask
-
-
-def button_names(mask: int) -> tuple[str, ...]:
-    return tuple(name for i, name in enumerate(BUTTONS) if mask >> i & 1)
-
-
-def encode_remote(remote: RemoteState) -> bytes:
-    """40 wireless_remote bytes: head 0, buttons u16 LE at [2:4], floats lx rx ry L2 ly."""
-    if not 0 <= remote.buttons <= 0xFFFF:
-        raise ValueError(f"button mask {remote.buttons} does not fit in 16 bits")
-    body = struct.pack("<2xH5f", remote.buttons, remote.lx, remote.rx, remote.ry, remote.l2, remote.ly)
-    return body + bytes(REMOTE_BYTES - len(body))
-
-
-def decode_remote(data: bytes | Sequence[int] | np.ndarray) -> RemoteState:
-    raw = bytes(data) if isinstance(data, (bytes, bytearray)) else np.asarray(data, dtype=np.uint8).tobytes()
-    if len(raw) < 24:
-        raise ValueError(f"wireless_remote needs at least 24 bytes, got {len(raw)}")
-    buttons, lx, rx, ry, l2, ly = struct.unpack_from("<2xH5f", raw)
-    return RemoteState(buttons, lx, rx, ry, l2, ly)
-
 
 # ----------------------------------------------------------------------------- LowCmd
 
@@ -494,214 +374,13 @@ def lowstate_record_from_cdr(payload: bytes) -> np.ndarray:
     return np.frombuffer(raw, dtype=LOWSTATE_DTYPE).reshape(())
 
 
-def wire_sample(msg_type: type, payload: bytes) -> Any:
-    """An instance of `msg_type` that a cyclonedds DataWriter (or unitree ChannelPublisher)
-    writes as the pre-encoded XCDR1 `payload`. It has no fields: only for writing."""
-    sample = msg_type.__new__(msg_type)
-
-    def serialize(buffer: Any = None, endianness: Any = None, use_version_2: bool | None = None) -> bytes:
-        if use_version_2:
-            raise RuntimeError(f"{msg_type.__name__}: pre-encoded XCDR1 sample written by an XCDR2 writer")
-        return payload
-
-    sample.serialize = serialize
-    return sample
-
-
-def take_raw_payloads(reader: Any, n: int = 64) -> list[bytes]:
-    """Serialized payloads of up to n valid samples taken from a cyclonedds DataReader, without
-    cyclonedds' Python deserializer (~0.3 ms for a LowCmd_, ~0.5 ms for a LowState_)."""
-    from cyclonedds._clayer import ddspy_take
-    from cyclonedds.core import InstanceState, SampleState, ViewState
-
-    ret = ddspy_take(reader._ref, SampleState.Any | ViewState.Any | InstanceState.Any, n)
-    if isinstance(ret, int):
-        return []
-    return [data for data, info in ret if info.valid_data]
-
-
-def delete_entity(entity: Any) -> None:
-    """Delete a cyclonedds entity (reader, writer, topic) now, safely.
-
-    Its listener is detached first: that call waits (GIL released) until a callback in flight
-    has returned. Deleting a reader while its listener runs can otherwise deadlock: cyclonedds'
-    callback holds a temporary reference to the Python reader, so the reader's last reference
-    can drop, and dds_delete run, inside the callback's own thread. Same for the garbage
-    collector running in a listener thread: delete explicitly, never leave it to the GC."""
-    from cyclonedds.core import Entity
-
-    ref = getattr(entity, "_ref", None)
-    if ref is None or Entity._entities.get(ref) is not entity:
-        return
-    if getattr(entity, "_listener", None) is not None:
-        entity._set_listener(ref, None)  # the C listener first; the Python one stays alive till after
-    del Entity._entities[ref]
-    entity._delete(ref)
-
-
-def close_channel(channel: Any) -> None:
-    """Close a unitree_sdk2py ChannelPublisher/ChannelSubscriber: reader/writer and Topic deleted
-    now with `delete_entity` (the SDK's Close() drops the reader with its listener possibly
-    running, and leaves the Topic to the garbage collector)."""
-    inner = getattr(channel, "_ChannelPublisher__channel", None) or getattr(channel, "_ChannelSubscriber__channel", None)
-    if inner is not None:
-        reader = getattr(getattr(inner, "_Channel__reader", None), "_Reader__reader", None)
-        writer = getattr(getattr(inner, "_Channel__writer", None), "_Writer__writer", None)
-        for e in (reader, writer):
-            if e is not None:
-                delete_entity(e)
-    channel.Close()
-    topic = getattr(inner, "_Channel__topic", None)
-    if topic is not None:
-        delete_entity(topic)
-
-
 def lowcmd_wire_sample(rec: np.ndarray) -> Any:
     from unitree_sdk2py.idl.unitree_hg.msg.dds_ import LowCmd_
 
-    return wire_sample(LowCmd_, lowcmd_cdr(rec))
+    return dds_compat.wire_sample(LowCmd_, lowcmd_cdr(rec))
 
 
 def lowstate_wire_sample(rec: np.ndarray) -> Any:
     from unitree_sdk2py.idl.unitree_hg.msg.dds_ import LowState_
 
-    return wire_sample(LowState_, lowstate_cdr(rec))
-
-
-# ----------------------------------------------------------------------------- DDS set-up
-
-
-class DDSInitError(RuntimeError):
-    """DDS could not be set up as asked; the message says how to fix it."""
-
-
-_dds_lock = threading.Lock()
-_dds_initialized: tuple[int, str | None] | None = None
-
-
-def available_interfaces() -> list[str]:
-    try:
-        return sorted(name for _, name in socket.if_nameindex())
-    except OSError:  # pragma: no cover - platform without if_nameindex
-        return []
-
-
-def interface_multicast(name: str) -> bool | None:
-    """Whether the interface has the MULTICAST flag (None where that cannot be read)."""
-    try:
-        return bool(int(Path(f"/sys/class/net/{name}/flags").read_text(), 16) & IFF_MULTICAST)
-    except (OSError, ValueError):
-        return None
-
-
-def multicast_note(interface: str) -> str | None:
-    """A note for the user when `interface` lacks MULTICAST, else None.
-
-    Measured here (cyclonedds 11, unitree's config): discovery still works between processes on
-    this host through cyclonedds' unicast fallback to localhost peers, limited to the ~10
-    participant indices it probes; the robust fix is enabling multicast on the interface.
-    """
-    if interface_multicast(interface) is False:
-        return (
-            f"network interface {interface!r} is not multicast-capable; cyclonedds falls back to "
-            f"unicast discovery on this host. If DDS peers do not see each other run "
-            f"`sudo ip link set {interface} multicast on` (or `make lo-multicast` as root)."
-        )
-    return None
-
-
-def check_interface(interface: str | None) -> None:
-    """Raise DDSInitError naming the available interfaces when `interface` does not exist."""
-    if interface is None:
-        return
-    names = available_interfaces()
-    if names and interface not in names:
-        hint = "use --interface lo for the sim bridge" if "lo" in names else ""
-        raise DDSInitError(
-            f"network interface {interface!r} does not exist; available: {', '.join(names)}"
-            + (f" ({hint}; the real G1 is on the interface wired to 192.168.123.x)" if hint else "")
-        )
-
-
-def _factory_participant() -> Any:
-    try:
-        from unitree_sdk2py.core.channel import ChannelFactory
-
-        return getattr(ChannelFactory, "_ChannelFactory__participant", None)
-    except Exception:  # pragma: no cover - SDK internals changed
-        return None
-
-
-def _factory_domain() -> int | None:
-    """Domain id of unitree_sdk2py's ChannelFactory participant, if it was initialised."""
-    participant = _factory_participant()
-    return None if participant is None else int(participant.domain_id)
-
-
-def dds_participant() -> Any:
-    """The process's DDS participant: unitree_sdk2py's ChannelFactory participant (after
-    `init_dds`). Put extra cyclonedds readers/writers on it rather than on a second
-    DomainParticipant: one participant per process is what the robot's clients use, and a second
-    one in the same process was seen (loaded machine, loopback) not to discover its peers."""
-    participant = _factory_participant()
-    if participant is None:
-        raise DDSInitError("DDS is not initialised in this process: call deploy.protocol.init_dds first")
-    return participant
-
-
-def init_dds(domain: int = SIM_DOMAIN, interface: str | None = SIM_INTERFACE) -> None:
-    """Initialise unitree_sdk2py's DDS ChannelFactory once per process, with clear errors.
-
-    The factory is a process-wide singleton: a second call with the same arguments is a no-op,
-    a call with a different domain or interface raises (the SDK would silently keep the first).
-    """
-    global _dds_initialized
-    if not isinstance(domain, int) or not 0 <= domain <= MAX_DOMAIN_ID:
-        raise DDSInitError(f"DDS domain must be an integer in 0..{MAX_DOMAIN_ID}, got {domain!r}")
-    with _dds_lock:
-        if _dds_initialized is not None:
-            if _dds_initialized != (domain, interface):
-                raise DDSInitError(
-                    f"DDS is already initialised in this process on domain {_dds_initialized[0]} "
-                    f"interface {_dds_initialized[1]!r}; unitree_sdk2py allows one per process, so "
-                    f"domain {domain} interface {interface!r} cannot be used here (run it in another process)"
-                )
-            return
-        existing = _factory_domain()
-        if existing is not None:
-            if existing != domain:
-                raise DDSInitError(
-                    f"unitree_sdk2py's ChannelFactory was already initialised on domain {existing}; "
-                    f"cannot switch this process to domain {domain}"
-                )
-            _dds_initialized = (domain, interface)
-            return
-        check_interface(interface)
-        from unitree_sdk2py.core.channel import ChannelFactoryInitialize
-
-        try:
-            ChannelFactoryInitialize(domain, interface)
-        except Exception as e:
-            raise DDSInitError(
-                f"DDS initialisation failed on domain {domain} interface {interface!r}: {e}. "
-                f"Check the interface name (available: {', '.join(available_interfaces())}) and "
-                "that cyclonedds is installed (`make setup`)."
-            ) from e
-        _dds_initialized = (domain, interface)
-
-
-def dds_initialized() -> tuple[int, str | None] | None:
-    """(domain, interface) this process initialised through `init_dds`, or None."""
-    return _dds_initialized
-
-
-# ----------------------------------------------------------------------------- orientation
-
-
-def quat_to_rpy(quat: Any) -> np.ndarray:
-    """Roll, pitch, yaw (ZYX Euler, rad) of a w, x, y, z quaternion, as the IMU reports rpy."""
-    w, x, y, z = (float(v) for v in quat)
-    roll = math.atan2(2.0 * (w * x + y * z), 1.0 - 2.0 * (x * x + y * y))
-    pitch = math.asin(max(-1.0, min(1.0, 2.0 * (w * y - z * x))))
-    yaw = math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
-    return np.array([roll, pitch, yaw])
+    return dds_compat.wire_sample(LowState_, lowstate_cdr(rec))

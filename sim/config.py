@@ -1,0 +1,91 @@
+"""Configuration of the sim bridge: frozen dataclasses, the one source of every default.
+
+`sim.cli` builds its argparse defaults from these fields (never repeats a number), so the CLI, the
+in-process `SimBridge(BridgeConfig())` and calibration's in-process bridge start from the same values.
+Times are on the bridge clock (physics steps x dt since start, monotonic across resets).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from comm.dds import SIM_DOMAIN, SIM_INTERFACE
+from robots import g1
+from robots.model import BridgeModelConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Push:
+    """External force (N, world frame) on the pelvis CoM from `time` (bridge clock, s)."""
+
+    time: float
+    force: tuple[float, float, float]
+    duration: float = 0.1
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoteEvent:
+    """Scripted remote input at `time` (bridge clock, s): press buttons for `hold` s, set sticks."""
+
+    time: float
+    buttons: int = 0
+    hold: float = 0.2
+    sticks: tuple[tuple[str, float], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class BandConfig:
+    enabled: bool = True  # engaged at start-up and after every reset
+    release_after: float | None = None  # s of bridge clock; None: only by control message
+    height: float = g1.DEFAULT_BASE_HEIGHT  # pelvis anchor height (m)
+    stiffness: float = 5000.0  # N/m: ~6.5 cm sag carrying the whole 33 kg robot
+    damping: float = 600.0  # N s/m (~0.75 of critical for 33 kg)
+    rot_stiffness: float = 500.0  # N m/rad, keeps the pelvis upright (yaw free)
+    rot_damping: float = 60.0  # N m s/rad
+
+
+@dataclasses.dataclass(frozen=True)
+class NoiseConfig:
+    """Sensor noise on the published LowState (ground truth stays exact)."""
+
+    gyro_std: float = 0.0  # rad/s
+    accel_std: float = 0.0  # m/s^2
+    joint_pos_std: float = 0.0  # rad
+    joint_vel_std: float = 0.0  # rad/s
+    gyro_bias: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    accel_bias: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultConfig:
+    state_latency_ms: float = 0.0  # LowState published this much bridge time after it was measured
+    cmd_latency_ms: float = 0.0  # LowCmd applied this much bridge time after it was received
+    state_drop: float = 0.0  # probability a LowState is not published
+    cmd_drop: float = 0.0  # probability a received LowCmd is discarded
+    crc_corrupt: float = 0.0  # probability a published LowState carries a wrong CRC
+
+    def any(self) -> bool:
+        return any(v != 0 for v in dataclasses.astuple(self))
+
+
+@dataclasses.dataclass(frozen=True)
+class BridgeConfig:
+    domain: int = SIM_DOMAIN
+    interface: str | None = SIM_INTERFACE
+    lockstep: bool = False
+    steps_per_cmd: int = 2  # lockstep: physics steps per received LowCmd
+    duration: float | None = None  # stop after this many seconds of bridge clock
+    seed: int = 0
+    viewer: bool = False
+    model: BridgeModelConfig = BridgeModelConfig()
+    band: BandConfig = BandConfig()
+    noise: NoiseConfig = NoiseConfig()
+    faults: FaultConfig = FaultConfig()
+    pushes: tuple[Push, ...] = ()
+    remote_script: tuple[RemoteEvent, ...] = ()
+    gt_decimation: int = 1  # ground truth with every n-th LowState
+    status_period: float = 0.1  # s (wall) between SimStatus_ messages
+    busy_check_s: float = 0.5  # look this long for another rt/lowstate publisher (0: skip)
+    allow_busy_domain: bool = False
+    max_lag_s: float = 0.02  # real time: re-base the schedule beyond this lag
+    lockstep_idle_s: float = 0.1  # lockstep: re-publish the latest LowState this often when idle
+    verbose: bool = True

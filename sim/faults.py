@@ -1,0 +1,96 @@
+"""Fault injection of the sim bridge: delay lines, random drops, CRC corruption, sensor noise and
+the schedule of external pushes.
+
+Pure helpers around one numpy Generator owned by the bridge: every random draw is made here, in
+the order the bridge calls them, so a run with a given seed is reproducible (lockstep runs are
+bit-identical). A helper makes no draw when its probability / std is zero.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any, Sequence
+
+import numpy as np
+
+from sim.config import NoiseConfig, Push
+
+EPS = 1e-9  # bridge-clock comparisons: times are sums of dt
+
+
+def happens(probability: float, rng: np.random.Generator) -> bool:
+    """A Bernoulli draw (none when the probability is 0)."""
+    return probability > 0 and rng.random() < probability
+
+
+def corrupt_crc(rec: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A copy of a LowState record whose crc is xor-ed with a random non-zero word (always wrong)."""
+    rec = rec.copy()
+    rec["crc"] = int(rec["crc"]) ^ int(rng.integers(1, 2**32))
+    return rec
+
+
+def noisy_sensors(q: np.ndarray, dq: np.ndarray, gyro: np.ndarray, acc: np.ndarray, noise: NoiseConfig,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(q, dq, gyro, acc) with the configured white noise and constant biases added."""
+    if noise.joint_pos_std > 0:
+        q = q + rng.normal(0.0, noise.joint_pos_std, q.shape)
+    if noise.joint_vel_std > 0:
+        dq = dq + rng.normal(0.0, noise.joint_vel_std, dq.shape)
+    gyro = gyro + np.asarray(noise.gyro_bias)
+    acc = acc + np.asarray(noise.accel_bias)
+    if noise.gyro_std > 0:
+        gyro = gyro + rng.normal(0.0, noise.gyro_std, 3)
+    if noise.accel_std > 0:
+        acc = acc + rng.normal(0.0, noise.accel_std, 3)
+    return q, dq, gyro, acc
+
+
+class DelayLine:
+    """FIFO of items released at a due time (constant latency keeps it ordered)."""
+
+    def __init__(self) -> None:
+        self._q: collections.deque = collections.deque()
+
+    def push(self, due: float, item: Any) -> None:
+        self._q.append((due, item))
+
+    def pop_due(self, now: float) -> list[Any]:
+        out = []
+        while self._q and self._q[0][0] <= now + EPS:
+            out.append(self._q.popleft()[1])
+        return out
+
+    def clear(self) -> None:
+        self._q.clear()
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+
+class PushSchedule:
+    """Pushes on the pelvis: scheduled ones (config) start at their time, others start now; each
+    lasts its duration (at least one physics step). `force(now)` is the sum of the active ones."""
+
+    def __init__(self, scheduled: Sequence[Push] = ()):
+        self._pending = sorted(scheduled, key=lambda p: p.time)
+        self._active: list[tuple[float, np.ndarray]] = []  # (end clock, force)
+
+    def add(self, now: float, force: Sequence[float], duration: float, dt: float) -> None:
+        self._active.append((now + max(duration, dt), np.asarray(force, dtype=float)))
+
+    def start_due(self, now: float, dt: float) -> None:
+        while self._pending and self._pending[0].time <= now + EPS:
+            p = self._pending.pop(0)
+            self.add(now, p.force, p.duration, dt)
+
+    def clear_active(self) -> None:
+        self._active.clear()
+
+    def force(self, now: float) -> np.ndarray:
+        """Sum of the pushes still active at `now` (ended ones are dropped)."""
+        total = np.zeros(3)
+        if self._active:
+            self._active = [(end, f) for end, f in self._active if end > now + EPS]
+            for _, f in self._active:
+                total += f
+        return total
