@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from robots import g1
 from robots.physics import upright_cos
 
 RUNS_DIR = Path(__file__).resolve().parent.parent / "runs" / "deploy"
@@ -57,6 +58,21 @@ class Columns:
         return self.data[k][: self.n]
 
 
+def tick_fields() -> dict:
+    """The command-tick columns (one row per 2 ms tick) and their per-row shapes."""
+    n = g1.NUM_MOTORS
+    return dict(t=(), lateness=(), work_ms=(), tick_ms=(), sent=(), state=(), tick=(), rx_age=(), new=(), buttons=(),
+                q=(n,), dq=(n,), quat=(4,), gyro=(3,), acc=(3,), tau_est=(n,), proposed=(n,), cmd_q=(n,),
+                cmd_kp=(n,), cmd_kd=(n,), est_vel=(3,), est_height=(), est_contact=(2,), est_flags=())
+
+
+def policy_fields(n_obs: int) -> dict:
+    """The policy-tick columns (one row per policy step, prefix `pol_` in log.npz)."""
+    n = g1.NUM_MOTORS
+    return dict(t=(), step=(), phase=(), obs=(n_obs,), action=(n,), target=(n,), cmd_q=(n,), est_ms=(),
+                policy_ms=(), safety_ms=(), compute_ms=())
+
+
 def pct(x, p) -> float | None:
     x = np.asarray(x, float)
     x = x[np.isfinite(x)]
@@ -84,8 +100,6 @@ def plot_run(path: Path, ticks: Columns, state_names: list[str], joint_idx=(0, 3
         import matplotlib.pyplot as plt
     except Exception:  # pragma: no cover - plotting is best effort
         return None
-    from robots import g1
-
     t = ticks["t"]
     fig, axes = plt.subplots(4, 1, figsize=(11, 11), sharex=True,
                              gridspec_kw={"height_ratios": [3, 3, 1.2, 1]})

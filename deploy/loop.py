@@ -14,9 +14,6 @@ Programmatic use (the CLI is a thin wrapper):
 from __future__ import annotations
 
 import dataclasses
-import gc
-import os
-import sys
 import threading
 import time
 import traceback
@@ -24,33 +21,32 @@ from typing import Any, Callable
 
 import numpy as np
 
-from deploy import protocol
+from comm import dds, remote
+from deploy import realtime
 from deploy.estimator import Estimator, EstimatorConfig
 from deploy.link import Link
-from deploy.log import Columns, new_run_dir, pct, plot_run, write_json
-from deploy.policy_runner import PolicyRunner
+from deploy.log import Columns, policy_fields, tick_fields
 from deploy.preflight import PreflightError, check_artifact, open_link, run_preflight
-from deploy.state_machine import AutoScript, ButtonEdges, State, StateMachine, estop_requested
+from deploy.state_machine import AutoScript, ButtonEdges, State, StateMachine, estop_requested, state_index
+from deploy.summary import write_results
 from policies.artifact import Artifact
+from policies.runtime import HOLD_BLEND_S, PolicyRuntime
 from robots import g1
-from safety import Limits, SafetyMonitor, WatchdogConfig, all_finite, tilt_angle
-from safety.limits import TILT_LIMIT
+from safety import Limits, SafetyMonitor, WatchdogConfig, all_finite
 
-STATES = [s.value for s in State]
 DECIMATION = int(round(g1.CONTROL_DT / g1.COMMAND_DT))  # command ticks per policy tick (10)
 POLICY_LEAD_S = 0.0015  # policy ticks: observation + ONNX start this early (p99 compute ~1 ms here)
-FELL_HEIGHT = 0.45  # m: pelvis below this (ground truth) = fallen (standing: 0.785 m)
 
 
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
     policy_dir: str
-    domain: int = protocol.SIM_DOMAIN
-    interface: str | None = protocol.SIM_INTERFACE
+    domain: int = dds.SIM_DOMAIN
+    interface: str | None = dds.SIM_INTERFACE
     sim: bool = True  # the peer is the sim bridge: its band / ground-truth topics may be used
     auto: bool = False  # advance PASSIVE -> ... -> HOLD without a remote (AutoScript)
     stand_up_s: float = 2.5  # linear blend from the measured pose to the default pose
-    hold_blend_s: float = 0.5  # blend from the last policy target back to the default pose
+    hold_blend_s: float = HOLD_BLEND_S  # the runtime's blend from the last policy target back to the default pose
     band_release_s: float = 0.3  # sim + auto: release the bridge's elastic band this long into HOLD
     script: AutoScript = AutoScript()
     watchdog: WatchdogConfig = WatchdogConfig()
@@ -68,13 +64,13 @@ class LoopConfig:
 
 
 class ControlLoop:
-    """Owns the state machine, safety monitor, estimator, policy runner and the per-tick log."""
+    """Owns the state machine, safety monitor, estimator, policy runtime and the per-tick log."""
 
-    def __init__(self, cfg: LoopConfig, art: Artifact, link: Link, runner: PolicyRunner | None = None,
+    def __init__(self, cfg: LoopConfig, art: Artifact, link: Link, runtime: PolicyRuntime | None = None,
                  sim_client: Any = None, echo: Callable[[str], None] = print,
                  estimator: Estimator | None = None) -> None:
         self.cfg, self.art, self.link = cfg, art, link
-        self.runner = runner or PolicyRunner(art)
+        self.runtime = runtime or PolicyRuntime(art, hold_blend_s=cfg.hold_blend_s)
         self.sim = sim_client
         self.echo = echo
         self.estimator = estimator or Estimator(cfg.estimator)
@@ -84,8 +80,8 @@ class ControlLoop:
         self._stop = threading.Event()
         self._sigint = threading.Event()
         self.events: list[dict] = []
-        self.ticks = Columns(_tick_fields())
-        self.pol = Columns(_policy_fields(self.runner.n_obs))
+        self.ticks = Columns(tick_fields())
+        self.pol = Columns(policy_fields(self.runtime.n_obs))
         self.motions_done = 0
         self.mode_machine = g1.MODE_MACHINE_29DOF_REV1
         self._estop_press_t: float | None = None
@@ -109,16 +105,8 @@ class ControlLoop:
     def run(self) -> dict:
         cfg = self.cfg
         dt = g1.COMMAND_DT
-        gc.collect()
-        gc.freeze()  # long-lived objects out of the collector's way: shorter pauses during the loop
-        sched_before = _get_scheduling()
-        # The DDS listener threads of this process take the GIL for every LowState: at normal priority on a
-        # busy machine they can be preempted while holding it and stall the loop (priority inversion), so
-        # they get SCHED_FIFO one below the loop thread.
-        boosted = _boost_threads(os.getpid(), cfg.realtime_priority - 1) if cfg.realtime_priority > 1 else []
-        self.scheduling = _realtime_scheduling(cfg.realtime_priority)
-        switch = sys.getswitchinterval()
-        sys.setswitchinterval(0.0005)  # GIL handoff to the loop within 0.5 ms (default 5 ms) when DDS threads run
+        rt = realtime.enter(cfg.realtime_priority)  # SCHED_FIFO, DDS threads one below, GC frozen
+        self.scheduling = rt.scheduling
         self.link.open_writer()
         t0 = time.monotonic()
         self.init_run_state(t0)
@@ -152,10 +140,7 @@ class ControlLoop:
             self.note(end_t, "end", end_reason)
             if self.sm.state != State.DAMPING:
                 self._shutdown_damping(cfg.shutdown_damping_s)
-            gc.unfreeze()
-            sys.setswitchinterval(switch)
-            _set_scheduling(sched_before)
-            _unboost_threads(boosted)
+            realtime.leave(rt)
         return self._finish(final_state, end_t)
 
     def init_run_state(self, t0: float, watchdog: WatchdogConfig | None = None) -> None:
@@ -231,7 +216,7 @@ class ControlLoop:
             self._enter_damping(t, "exception")
             try:
                 sent = self.link.send(mon.damping(), self.mode_machine)
-                self.ticks.append(t=t, lateness=lateness, sent=sent - self.t0, state=_si(State.DAMPING),
+                self.ticks.append(t=t, lateness=lateness, sent=sent - self.t0, state=state_index(State.DAMPING),
                                   cmd_q=0.0, cmd_kp=0.0, cmd_kd=mon.damping().kd)
             except Exception:  # noqa: BLE001
                 pass
@@ -255,7 +240,7 @@ class ControlLoop:
         if self.sm.state != State.POLICY or self.monitor.latched:
             return None
         step = (k - self._policy_k0) // DECIMATION
-        if step == self._last_step or self.runner.done(step):
+        if step == self._last_step or self.runtime.done(step):
             return None
         return step
 
@@ -276,7 +261,7 @@ class ControlLoop:
 
     def _run_policy(self, step: int, st, est, wake: float):
         t0 = time.monotonic()
-        out = self.runner.step(step, st.q, st.dq, est.gyro, st.quat, est.base_lin_vel, est.base_height)
+        out = self.runtime.step(step, st.q, st.dq, est.gyro, st.quat, est.base_lin_vel, est.base_height)
         t1 = time.monotonic()
         self._last_step = step
         self._policy_target = out.target
@@ -295,7 +280,7 @@ class ControlLoop:
         self.mode_machine = st.mode_machine or self.mode_machine
         new = s.seq != self._last_seq
         self._last_seq = s.seq
-        held = frozenset(protocol.button_names(st.remote.buttons))
+        held = frozenset(remote.button_names(st.remote.buttons))
         pressed = self.edges.update(held) if new else frozenset()
 
         # operator inputs: SIGINT, remote, auto script
@@ -327,7 +312,7 @@ class ControlLoop:
         est = self._est  # (re)set on entering POLICY above
         if sm.state == State.POLICY:
             step = (k - self._policy_k0) // DECIMATION
-            if step != self._last_step and self.runner.done(step):
+            if step != self._last_step and self.runtime.done(step):
                 self.motions_done += 1
                 self._hold_from = self._policy_target.copy()
                 self._go(State.HOLD, t, k, st, f"motion ended after {step} policy steps")
@@ -343,8 +328,7 @@ class ControlLoop:
                 self._pending = None
             proposed = self._policy_target
         if sm.state == State.HOLD:
-            a = min(1.0, sm.time_in_state(t) / cfg.hold_blend_s) if cfg.hold_blend_s > 0 else 1.0
-            proposed = self._hold_from + a * (g1.DEFAULT_JOINT_POS - self._hold_from)
+            proposed = self.runtime.hold_target(self._hold_from, sm.time_in_state(t))
             self._maybe_release_band(t)
 
         # the safety gate
@@ -363,7 +347,7 @@ class ControlLoop:
         # log
         self.ticks.append(
             t=t, lateness=lateness, work_ms=(t_saf1 - wake) * 1e3, tick_ms=(time.monotonic() - wake) * 1e3,
-            sent=sent - self.t0, state=_si(sm.state),
+            sent=sent - self.t0, state=state_index(sm.state),
             tick=st.tick, rx_age=wake - s.rx_time, new=float(new), buttons=st.remote.buttons,
             q=st.q, dq=st.dq, quat=st.quat, gyro=st.gyro, acc=st.acc, tau_est=st.tau_est,
             proposed=proposed, cmd_q=cmd.q, cmd_kp=cmd.kp, cmd_kd=cmd.kd,
@@ -393,7 +377,7 @@ class ControlLoop:
             self._state_q0 = np.clip(st.q, self.monitor.limits.q_min, self.monitor.limits.q_max)
             self.monitor.reset_target(st.q)
         elif new == State.POLICY:
-            self.runner.reset()
+            self.runtime.reset()
             self._policy_k0 = k
             self._last_step = -1
             self._pending = None
@@ -431,174 +415,7 @@ class ControlLoop:
 
     # ------------------------------------------------------------------ results
     def _finish(self, final_state: str, end_t: float) -> dict:
-        cfg = self.cfg
-        run_dir = new_run_dir(cfg.run_root)
-        ticks, pol = self.ticks, self.pol
-        sent = ticks["sent"]
-        period_err = np.abs(np.diff(sent) - g1.COMMAND_DT) / g1.COMMAND_DT if len(sent) > 1 else np.array([])
-        compute = pol["compute_ms"]
-        gt = self._ground_truth_metrics()
-        tilt_trip = any(e["kind"] == "tilt" for e in self.monitor.events) if self.monitor else False
-        summary = {
-            "final_state": final_state,
-            "states_visited": list(self.sm.visited),
-            "ticks": int(ticks.n),
-            "policy_ticks": int(pol.n),
-            "deadline_misses": int(self.monitor.deadline.misses) if self.monitor else 0,
-            "safety_events": list(self.monitor.events) if self.monitor else [],
-            "compute_ms_p50": pct(compute, 50),
-            "compute_ms_p99": pct(compute, 99),
-            "stream_period_error_p50": pct(period_err, 50),
-            "stream_period_error_p99": pct(period_err, 99),
-            "fell": bool(gt["fell"]) if gt.get("fell") is not None else bool(tilt_trip),
-            "estimator_base_vel_rmse_mps": gt.get("vel_rmse"),
-            "estimator_base_height_rmse_m": gt.get("height_rmse"),
-            "gt_pelvis_max_m": gt.get("pelvis_max"),  # sim: highest pelvis after the band's release
-            "gt_flight_s": gt.get("flight_s"),  # sim: longest time with both feet off the floor
-            "estop_to_damping_s": self.estop_latency_s,
-            "max_lateness_ms": pct(ticks["lateness"] * 1e3, 100),
-            "duration_s": round(float(end_t), 3),
-            "motion": self.art.spec.motion.name,
-            "policy_dir": str(self.art.path),
-            "domain": self.link.domain,
-            "interface": self.link.interface,
-            "auto": cfg.auto,
-            "transitions": [{"time": round(a, 4), "from": b, "to": c, "reason": d} for a, b, c, d in self.sm.transitions],
-            "lowstate_crc_errors": self.link.crc_errors,
-            "scheduling": getattr(self, "scheduling", None),
-            "ground_truth": gt.get("info"),
-            "run_dir": str(run_dir),
-        }
-        arrays = {**ticks.arrays(), **pol.arrays("pol_")}
-        np.savez_compressed(run_dir / "log.npz", **arrays, state_names=np.array(STATES),
-                            joint_names=np.array(g1.JOINT_NAMES))
-        write_json(run_dir / "events.json", self.events + [{**e, "safety": True} for e in summary["safety_events"]])
-        write_json(run_dir / "summary.json", summary)
-        if cfg.plot and ticks.n:
-            try:
-                plot_run(run_dir, ticks, STATES)
-            except Exception as e:  # noqa: BLE001 - the plot must not lose the run's log
-                self.echo(f"[deploy] plot failed: {e}")
-        return summary
-
-    def _ground_truth_metrics(self) -> dict:
-        """Estimator RMSE and `fell` from the bridge's ground truth, matched by LowState tick."""
-        if self.sim is None or getattr(self.sim, "gt_history", None) is None:
-            return {}
-        hist = list(self.sim.gt_history)
-        if not hist:
-            return {"info": "no ground truth received"}
-        ticks = self.ticks
-        t_end_tick = int(np.nanmax(ticks["tick"])) if ticks.n else 0
-        by_tick = {int(g.tick): g for g in hist if int(g.tick) <= t_end_tick}
-        # fell: pelvis low or tilted past the safety limit after the band was released
-        released = sorted((g for g in by_tick.values() if not g.band), key=lambda g: int(g.tick))
-        fell = pelvis_max = flight_s = None
-        if released:
-            z = np.array([g.pos[2] for g in released])
-            tilt = np.array([tilt_angle(np.asarray(g.quat)) for g in released])
-            fell = bool(np.any(z < FELL_HEIGHT) or np.any(tilt > TILT_LIMIT))
-            pelvis_max = float(z.max())
-            # longest stretch with both feet off the floor (a jump's flight): from a run's first
-            # airborne sample to the next grounded one (or the last sample), sample ticks in ms
-            airborne = np.array([not any(g.foot_contact) for g in released], int)
-            t_ms = np.array([int(g.tick) for g in released], float)
-            edges = np.diff(np.concatenate([[0], airborne, [0]]))
-            starts, ends = np.flatnonzero(edges == 1), np.minimum(np.flatnonzero(edges == -1), len(t_ms) - 1)
-            flight_s = float(np.max(t_ms[ends] - t_ms[starts], initial=0.0)) / 1e3
-        # estimator error where it feeds the policy: from POLICY entry to the end of the run
-        st = ticks["state"]
-        in_pol = np.flatnonzero(st == _si(State.POLICY))
-        vel_rmse = height_rmse = None
-        if in_pol.size:
-            sel = np.arange(in_pol[0], ticks.n)
-            sel = sel[(ticks["new"][sel] > 0) & (st[sel] != _si(State.DAMPING))]
-            ev, eh, gv, gh = [], [], [], []
-            for i in sel:
-                g = by_tick.get(int(ticks["tick"][i]))
-                if g is None:
-                    continue
-                ev.append(ticks["est_vel"][i])
-                eh.append(ticks["est_height"][i])
-                gv.append(np.asarray(g.lin_vel_body))
-                gh.append(g.pos[2])
-            if ev:
-                ev, gv = np.asarray(ev), np.asarray(gv)
-                vel_rmse = float(np.sqrt(np.mean(np.sum((ev - gv) ** 2, axis=1))))
-                height_rmse = float(np.sqrt(np.mean((np.asarray(eh) - np.asarray(gh)) ** 2)))
-        return {"fell": fell, "vel_rmse": vel_rmse, "height_rmse": height_rmse, "pelvis_max": pelvis_max,
-                "flight_s": flight_s,
-                "info": f"{len(by_tick)} ground-truth samples; fell = pelvis < {FELL_HEIGHT} m or tilt > "
-                        f"{np.degrees(TILT_LIMIT):.0f} deg after band release; RMSE over POLICY and after"}
-
-
-def _realtime_scheduling(priority: int) -> str:
-    """Give the loop thread SCHED_FIFO (it sleeps most of each period, so it cannot starve the machine);
-    DDS threads created earlier keep normal scheduling. Falls back to the normal scheduler silently."""
-    if priority <= 0 or not hasattr(os, "sched_setscheduler"):
-        return "normal"
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
-        return f"SCHED_FIFO {priority}"
-    except (PermissionError, OSError):
-        return "normal (no permission for SCHED_FIFO)"
-
-
-def _get_scheduling():
-    try:
-        return os.sched_getscheduler(0), os.sched_getparam(0)
-    except (AttributeError, OSError):
-        return None
-
-
-def _set_scheduling(saved) -> None:
-    if saved is not None:
-        try:
-            os.sched_setscheduler(0, saved[0], saved[1])
-        except OSError:
-            pass
-
-
-def _boost_threads(pid: int, priority: int) -> list[int]:
-    done = []
-    try:
-        for tid in (int(t) for t in os.listdir(f"/proc/{pid}/task")):
-            try:
-                if os.sched_getscheduler(tid) == os.SCHED_OTHER:
-                    os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(priority))
-                    done.append(tid)
-            except OSError:
-                pass
-    except (OSError, AttributeError):
-        pass
-    return done
-
-
-def _unboost_threads(tids: list[int]) -> None:
-    for tid in tids:
-        try:
-            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
-        except OSError:
-            pass
-
-
-def boost_process(pid: int, priority: int) -> str:
-    """SCHED_FIFO for every thread of process `pid` (the sim bridge: it stands in for the robot, whose
-    firmware is real time; on a shared machine a starved bridge stops publishing LowState and the stale
-    watchdog rightly trips). Best effort: returns what was done."""
-    if priority <= 0 or not hasattr(os, "sched_setscheduler"):
-        return "normal"
-    try:
-        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-        for tid in tids:
-            os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(priority))
-        return f"SCHED_FIFO {priority} ({len(tids)} threads)"
-    except (PermissionError, OSError, ValueError):
-        return "normal (no permission for SCHED_FIFO)"
-
-
-def _si(s: State) -> int:
-    return STATES.index(s.value)
+        return write_results(self, final_state, end_t)
 
 
 def _flag_bits(flags) -> int:
@@ -607,19 +424,6 @@ def _flag_bits(flags) -> int:
 
 def _flag_text(flags) -> str:
     return ", ".join(n for n, v in zip(flags._fields, flags) if isinstance(v, (bool, np.bool_)) and v)
-
-
-def _tick_fields() -> dict:
-    n = g1.NUM_MOTORS
-    return dict(t=(), lateness=(), work_ms=(), tick_ms=(), sent=(), state=(), tick=(), rx_age=(), new=(), buttons=(),
-                q=(n,), dq=(n,), quat=(4,), gyro=(3,), acc=(3,), tau_est=(n,), proposed=(n,), cmd_q=(n,),
-                cmd_kp=(n,), cmd_kd=(n,), est_vel=(3,), est_height=(), est_contact=(2,), est_flags=())
-
-
-def _policy_fields(n_obs: int) -> dict:
-    n = g1.NUM_MOTORS
-    return dict(t=(), step=(), phase=(), obs=(n_obs,), action=(n,), target=(n,), cmd_q=(n,), est_ms=(),
-                policy_ms=(), safety_ms=(), compute_ms=())
 
 
 # ---------------------------------------------------------------------- top level
@@ -631,17 +435,17 @@ def run(cfg: LoopConfig, echo: Callable[[str], None] = print, on_loop: Callable[
     Raises PreflightError (nothing commanded) when a pre-flight check fails. `on_loop` receives the
     ControlLoop before it starts (the CLI uses it to route SIGINT)."""
     art = check_artifact(cfg.policy_dir)
-    runner = PolicyRunner(art)
+    runtime = PolicyRuntime(art, hold_blend_s=cfg.hold_blend_s)
     link = open_link(cfg.domain, cfg.interface)
     sim_client = None
     try:
         run_preflight(link, cfg.state_timeout_s, cfg.preflight_listen_s)
         link.stop_listening_lowcmd()
         if cfg.sim and (cfg.auto or cfg.ground_truth):
-            from deploy.sim_msgs import SimClient
+            from comm.sim_msgs import SimClient
 
             sim_client = SimClient(cfg.domain, cfg.interface, gt_history=200_000 if cfg.ground_truth else 0)
-        loop = ControlLoop(cfg, art, link, runner, sim_client, echo=echo)
+        loop = ControlLoop(cfg, art, link, runtime, sim_client, echo=echo)
         if on_loop is not None:
             on_loop(loop)
         return loop.run()
@@ -651,4 +455,4 @@ def run(cfg: LoopConfig, echo: Callable[[str], None] = print, on_loop: Callable[
             sim_client.close()
 
 
-__all__ = ["LoopConfig", "ControlLoop", "run", "PreflightError", "DECIMATION", "STATES", "boost_process"]
+__all__ = ["LoopConfig", "ControlLoop", "run", "PreflightError", "DECIMATION"]

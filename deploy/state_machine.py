@@ -21,6 +21,13 @@ class State(str, enum.Enum):
     DAMPING = "DAMPING"
 
 
+STATES = [s.value for s in State]  # the log's state codes are indices into this list
+
+
+def state_index(s: State) -> int:
+    return STATES.index(s.value)
+
+
 # Remote buttons (LowState.wireless_remote bytes [2:4], u16, bit i; shared/reference/unitree_g1.md)
 BUTTON_BITS = ("R1", "L1", "Start", "Select", "R2", "L2", "F1", "F2",
                "A", "B", "X", "Y", "Up", "Right", "Down", "Left")

@@ -1,4 +1,4 @@
-"""deploy/ without DDS: codec fast paths vs protocol, state machine, policy runner, and a
+"""deploy/ without DDS: codec fast paths vs protocol, state machine, the policy runtime, and a
 hypothesis proof that no LowCmd leaving the control loop exceeds joint, torque or rate limits for
 arbitrary (NaN/inf included) policy outputs and measured states."""
 import time
@@ -9,14 +9,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from deploy import protocol
+from comm import crc, hg, remote
 from deploy.link import LowCmdBuilder, StateSample, parse_lowstate
 from deploy.loop import ControlLoop, LoopConfig
-from deploy.policy_runner import PolicyRunner
 from deploy.state_machine import AutoScript, ButtonEdges, State, StateMachine, estop_requested
 from policies.action import action_to_joint_target
 from policies.artifact import load_artifact
 from policies.observation import ObsInputs, build_observation, reference_window
+from policies.runtime import PolicyRuntime
 from policies.stand import write_stand_artifact
 from robots import g1
 from safety import Command, Limits, implied_torque, rate_interval, torque_interval
@@ -44,24 +44,24 @@ def test_link_codec_matches_protocol():
     rng = np.random.default_rng(0)
     b = LowCmdBuilder()
     for _ in range(30):
-        rec = protocol.lowstate_record(
+        rec = hg.lowstate_record(
             int(rng.integers(2**32)), rng.normal(size=N), rng.normal(size=N), rng.normal(size=N), rng.normal(size=4),
             rng.normal(size=3), rng.normal(size=3), rng.normal(size=3),
-            remote=protocol.encode_remote(protocol.RemoteState(int(rng.integers(2**16)), 0.5)),
+            remote=remote.encode_remote(remote.RemoteState(int(rng.integers(2**16)), 0.5)),
             mode_machine=int(rng.integers(256)))
-        mine = parse_lowstate(protocol.lowstate_cdr(rec))
-        ref = protocol.lowstate_arrays(rec)
+        mine = parse_lowstate(hg.lowstate_cdr(rec))
+        ref = hg.lowstate_arrays(rec)
         assert mine.crc_ok and ref.crc_ok and mine.tick == ref.tick and mine.remote == ref.remote
         for f in ("q", "dq", "tau_est", "quat", "gyro", "acc"):
             np.testing.assert_array_equal(getattr(mine, f), getattr(ref, f))
         cmd = Command(*(rng.normal(size=N) for _ in range(5)), "position")
         mm = int(rng.integers(256))
         mine = b.build(cmd, mm)
-        ref = protocol.lowcmd_record(q=cmd.q, dq=cmd.dq, tau=cmd.tau, kp=cmd.kp, kd=cmd.kd, mode=1,
+        ref = hg.lowcmd_record(q=cmd.q, dq=cmd.dq, tau=cmd.tau, kp=cmd.kp, kd=cmd.kd, mode=1,
                                      mode_machine=mm, mode_pr=0)
         assert mine.tobytes() == ref.tobytes()
-        assert protocol.check_lowcmd(protocol.lowcmd_msg_from_record(mine), mode_machine=mm)[1] is None
-    bad = protocol.lowstate_cdr(rec)
+        assert hg.check_lowcmd(hg.lowcmd_msg_from_record(mine), mode_machine=mm)[1] is None
+    bad = hg.lowstate_cdr(rec)
     bad = bad[:-1] + bytes([bad[-1] ^ 1])  # flip a CRC bit
     assert not parse_lowstate(bad).crc_ok
 
@@ -107,11 +107,11 @@ def test_auto_script():
     assert not a.finished(sm, 3.5, 1) and a.finished(sm, 4.0, 1)
 
 
-# ---------------------------------------------------------------------- policy runner
+# ---------------------------------------------------------------------- policy runtime
 
 
-def test_policy_runner_matches_the_contract(stand_art):
-    r = PolicyRunner(stand_art)
+def test_policy_runtime_matches_the_contract(stand_art):
+    r = PolicyRuntime(stand_art)
     assert r.n_steps == 200 and r.phase(100) == pytest.approx(0.5)
     rng = np.random.default_rng(1)
     q, dq, gyro = rng.normal(size=N), rng.normal(size=N), rng.normal(size=3)
@@ -147,31 +147,23 @@ class FakeLink:
 
     def send(self, cmd, mode_machine):
         raw = bytearray(self.builder.build(cmd, mode_machine).tobytes())  # (.copy() drops the padding bytes)
-        self.records.append(np.frombuffer(raw, dtype=protocol.LOWCMD_DTYPE).reshape(()))
+        self.records.append(np.frombuffer(raw, dtype=hg.LOWCMD_DTYPE).reshape(()))
         return time.monotonic()
 
 
-class ScriptedRunner:
-    """Stands in for the ONNX runner: returns the next hypothesis-made target vector."""
+class ScriptedRuntime(PolicyRuntime):
+    """The real runtime with the ONNX inference replaced by hypothesis-made actions (the next one each
+    step): observation, action -> target and the HOLD blend are the loop's real code."""
 
-    n_obs = 189
-
-    def __init__(self, targets):
-        self.targets = list(targets)
+    def __init__(self, art, actions):
+        self.actions = list(actions)
         self.i = 0
+        super().__init__(art)
 
-    def reset(self):
-        pass
-
-    def done(self, step):
-        return False
-
-    def step(self, step, *args):
-        from deploy.policy_runner import PolicyOutput
-
-        t = self.targets[self.i % len(self.targets)]
+    def infer(self, obs):
+        a = self.actions[self.i % len(self.actions)]
         self.i += 1
-        return PolicyOutput(step, 0.0, np.zeros(self.n_obs, np.float32), t, t)
+        return a
 
 
 def _state_strategy():
@@ -189,9 +181,9 @@ def _sample(state, tick, t):
     quat = np.array([np.cos(tilt / 2), np.sin(tilt / 2), 0.0, 0.0])
     if bad is not None:
         (q if idx < N else dq)[idx % N] = bad
-    rec = protocol.lowstate_record(tick, q, dq, np.zeros(N), quat, np.zeros(3), np.array([0, 0, 9.81]),
+    rec = hg.lowstate_record(tick, q, dq, np.zeros(N), quat, np.zeros(3), np.array([0, 0, 9.81]),
                                    np.zeros(3))
-    return StateSample(parse_lowstate(protocol.lowstate_cdr(rec)), t, tick)
+    return StateSample(parse_lowstate(hg.lowstate_cdr(rec)), t, tick)
 
 
 wild = st.one_of(st.floats(-1e6, 1e6), st.floats(allow_nan=True, allow_infinity=True),
@@ -200,12 +192,12 @@ wild = st.one_of(st.floats(-1e6, 1e6), st.floats(allow_nan=True, allow_infinity=
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(states=st.lists(_state_strategy(), min_size=3, max_size=40),
-       targets=st.lists(arrays(np.float64, (N,), elements=wild), min_size=1, max_size=6),
+       actions=st.lists(arrays(np.float64, (N,), elements=wild), min_size=1, max_size=6),
        start_state=st.sampled_from([State.POLICY, State.HOLD, State.STAND_UP]))
-def test_no_lowcmd_leaving_the_loop_exceeds_limits(stand_art, estimator, states, targets, start_state):
+def test_no_lowcmd_leaving_the_loop_exceeds_limits(stand_art, estimator, states, actions, start_state):
     link = FakeLink()
     loop = ControlLoop(LoopConfig(policy_dir=str(stand_art.path)), stand_art, link,
-                       runner=ScriptedRunner(targets), echo=lambda s: None, estimator=estimator)
+                       runtime=ScriptedRuntime(stand_art, actions), echo=lambda s: None, estimator=estimator)
     # the loop's run() without its clock: drive _tick_inner directly, one command tick each
     from safety import WatchdogConfig
 
@@ -225,8 +217,8 @@ def test_no_lowcmd_leaving_the_loop_exceeds_limits(stand_art, estimator, states,
         if loop._policy_step_due(k) is not None:  # as run() does: policy computed ahead of the deadline
             loop._prepare_policy(k, k * g1.COMMAND_DT)
         loop._tick_inner(k, k * g1.COMMAND_DT, k * g1.COMMAND_DT, 0.0)
-        a = protocol.lowcmd_arrays(link.records[-1])
-        assert a.crc == protocol.struct_crc(link.records[-1])
+        a = hg.lowcmd_arrays(link.records[-1])
+        assert a.crc == crc.struct_crc(link.records[-1])
         assert a.mode_pr == 0 and a.mode_machine == g1.MODE_MACHINE_29DOF_REV1
         assert np.all(a.mode[:N] == 1) and np.all(a.mode[N:] == 0)
         assert a.is_finite()
@@ -259,12 +251,12 @@ def test_no_lowcmd_leaving_the_loop_exceeds_limits(stand_art, estimator, states,
 
 
 def test_exception_in_the_loop_sends_damping_and_latches(stand_art, estimator):
-    class Boom(ScriptedRunner):
-        def step(self, step, *args):
+    class Boom(PolicyRuntime):
+        def infer(self, obs):
             raise RuntimeError("onnxruntime went away")
 
     link = FakeLink()
-    loop = ControlLoop(LoopConfig(policy_dir=str(stand_art.path)), stand_art, link, runner=Boom([None]),
+    loop = ControlLoop(LoopConfig(policy_dir=str(stand_art.path)), stand_art, link, runtime=Boom(stand_art),
                        echo=lambda s: None, estimator=estimator)
     from safety import WatchdogConfig
 
@@ -274,13 +266,13 @@ def test_exception_in_the_loop_sends_damping_and_latches(stand_art, estimator):
     loop.sm.go(State.HOLD, 0.0, "test")
     loop._hold_from = g1.DEFAULT_JOINT_POS.copy()
     loop._tick(0, 0.0, 0.0)
-    assert protocol.lowcmd_arrays(link.records[-1]).kp[:N].tolist() == g1.KP.tolist()  # HOLD: position
+    assert hg.lowcmd_arrays(link.records[-1]).kp[:N].tolist() == g1.KP.tolist()  # HOLD: position
     loop.sm.go(State.POLICY, 0.002, "test")
     loop._on_enter(State.HOLD, State.POLICY, 0.002, 1, link.sample.state)
     for k in range(1, 6):
         link.sample = _sample(ok, k + 1, k * 0.002)
-        loop._tick(k, k * 0.002, 0.0)  # the runner raises on the first policy step
-        a = protocol.lowcmd_arrays(link.records[-1])
+        loop._tick(k, k * 0.002, 0.0)  # the runtime raises on the first policy step
+        a = hg.lowcmd_arrays(link.records[-1])
         assert np.all(a.kp[:N] == 0) and np.all(a.kd[:N] == g1.DAMPING_KD)
     assert loop.sm.state == State.DAMPING
     assert [e["kind"] for e in loop.monitor.events] == ["exception"]

@@ -1,0 +1,121 @@
+"""The results of one deploy run under runs/deploy/<stamp>/ (see deploy/log.py): summary.json with
+DESIGN.md's stable keys, events.json, log.npz and the plot; and the metrics taken from the sim
+bridge's ground truth (`fell` by robots.physics.fallen, the one fall criterion, estimator RMSE,
+pelvis apex, flight time).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from deploy.log import Columns, new_run_dir, pct, plot_run, write_json
+from deploy.state_machine import STATES, State, state_index
+from robots import g1
+from robots.physics import FALL_DEFINITION, fallen
+
+if TYPE_CHECKING:
+    from deploy.loop import ControlLoop
+
+
+def write_results(loop: ControlLoop, final_state: str, end_t: float) -> dict:
+    """Write the run's files; returns the summary."""
+    cfg = loop.cfg
+    run_dir = new_run_dir(cfg.run_root)
+    ticks, pol = loop.ticks, loop.pol
+    sent = ticks["sent"]
+    period_err = np.abs(np.diff(sent) - g1.COMMAND_DT) / g1.COMMAND_DT if len(sent) > 1 else np.array([])
+    compute = pol["compute_ms"]
+    gt = ground_truth_metrics(getattr(loop.sim, "gt_history", None) if loop.sim is not None else None, ticks)
+    tilt_trip = any(e["kind"] == "tilt" for e in loop.monitor.events) if loop.monitor else False
+    summary = {
+        "final_state": final_state,
+        "states_visited": list(loop.sm.visited),
+        "ticks": int(ticks.n),
+        "policy_ticks": int(pol.n),
+        "deadline_misses": int(loop.monitor.deadline.misses) if loop.monitor else 0,
+        "safety_events": list(loop.monitor.events) if loop.monitor else [],
+        "compute_ms_p50": pct(compute, 50),
+        "compute_ms_p99": pct(compute, 99),
+        "stream_period_error_p50": pct(period_err, 50),
+        "stream_period_error_p99": pct(period_err, 99),
+        "fell": bool(gt["fell"]) if gt.get("fell") is not None else bool(tilt_trip),
+        "estimator_base_vel_rmse_mps": gt.get("vel_rmse"),
+        "estimator_base_height_rmse_m": gt.get("height_rmse"),
+        "gt_pelvis_max_m": gt.get("pelvis_max"),  # sim: highest pelvis after the band's release
+        "gt_flight_s": gt.get("flight_s"),  # sim: longest time with both feet off the floor
+        "estop_to_damping_s": loop.estop_latency_s,
+        "max_lateness_ms": pct(ticks["lateness"] * 1e3, 100),
+        "duration_s": round(float(end_t), 3),
+        "motion": loop.art.spec.motion.name,
+        "policy_dir": str(loop.art.path),
+        "domain": loop.link.domain,
+        "interface": loop.link.interface,
+        "auto": cfg.auto,
+        "transitions": [{"time": round(a, 4), "from": b, "to": c, "reason": d} for a, b, c, d in loop.sm.transitions],
+        "lowstate_crc_errors": loop.link.crc_errors,
+        "scheduling": getattr(loop, "scheduling", None),
+        "ground_truth": gt.get("info"),
+        "run_dir": str(run_dir),
+    }
+    arrays = {**ticks.arrays(), **pol.arrays("pol_")}
+    np.savez_compressed(run_dir / "log.npz", **arrays, state_names=np.array(STATES),
+                        joint_names=np.array(g1.JOINT_NAMES))
+    write_json(run_dir / "events.json", loop.events + [{**e, "safety": True} for e in summary["safety_events"]])
+    write_json(run_dir / "summary.json", summary)
+    if cfg.plot and ticks.n:
+        try:
+            plot_run(run_dir, ticks, STATES)
+        except Exception as e:  # noqa: BLE001 - the plot must not lose the run's log
+            loop.echo(f"[deploy] plot failed: {e}")
+    return summary
+
+
+def ground_truth_metrics(gt_history, ticks: Columns) -> dict:
+    """Estimator RMSE and `fell` from the bridge's ground truth, matched by LowState tick."""
+    if gt_history is None:
+        return {}
+    hist = list(gt_history)
+    if not hist:
+        return {"info": "no ground truth received"}
+    t_end_tick = int(np.nanmax(ticks["tick"])) if ticks.n else 0
+    by_tick = {int(g.tick): g for g in hist if int(g.tick) <= t_end_tick}
+    # fell: robots.physics' one fall criterion after the band was released
+    released = sorted((g for g in by_tick.values() if not g.band), key=lambda g: int(g.tick))
+    fell = pelvis_max = flight_s = None
+    if released:
+        z = np.array([g.pos[2] for g in released])
+        quat = np.array([np.asarray(g.quat, float) for g in released])
+        fell = bool(np.any(fallen(z, quat)))
+        pelvis_max = float(z.max())
+        # longest stretch with both feet off the floor (a jump's flight): from a run's first
+        # airborne sample to the next grounded one (or the last sample), sample ticks in ms
+        airborne = np.array([not any(g.foot_contact) for g in released], int)
+        t_ms = np.array([int(g.tick) for g in released], float)
+        edges = np.diff(np.concatenate([[0], airborne, [0]]))
+        starts, ends = np.flatnonzero(edges == 1), np.minimum(np.flatnonzero(edges == -1), len(t_ms) - 1)
+        flight_s = float(np.max(t_ms[ends] - t_ms[starts], initial=0.0)) / 1e3
+    # estimator error where it feeds the policy: from POLICY entry to the end of the run
+    st = ticks["state"]
+    in_pol = np.flatnonzero(st == state_index(State.POLICY))
+    vel_rmse = height_rmse = None
+    if in_pol.size:
+        sel = np.arange(in_pol[0], ticks.n)
+        sel = sel[(ticks["new"][sel] > 0) & (st[sel] != state_index(State.DAMPING))]
+        ev, eh, gv, gh = [], [], [], []
+        for i in sel:
+            g = by_tick.get(int(ticks["tick"][i]))
+            if g is None:
+                continue
+            ev.append(ticks["est_vel"][i])
+            eh.append(ticks["est_height"][i])
+            gv.append(np.asarray(g.lin_vel_body))
+            gh.append(g.pos[2])
+        if ev:
+            ev, gv = np.asarray(ev), np.asarray(gv)
+            vel_rmse = float(np.sqrt(np.mean(np.sum((ev - gv) ** 2, axis=1))))
+            height_rmse = float(np.sqrt(np.mean((np.asarray(eh) - np.asarray(gh)) ** 2)))
+    return {"fell": fell, "vel_rmse": vel_rmse, "height_rmse": height_rmse, "pelvis_max": pelvis_max,
+            "flight_s": flight_s,
+            "info": f"{len(by_tick)} ground-truth samples; fell = {FALL_DEFINITION} after band release; "
+                    "RMSE over POLICY and after"}
