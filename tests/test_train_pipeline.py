@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from deploy.policy_runner import PolicyRunner
 from policies import artifact as A
+from policies.runtime import PolicyRuntime
 from robots.physics import quat_rotate_inverse
 from motions import MotionError, load_motion
 from train import domain_rand as DR
@@ -47,7 +47,7 @@ def test_pipeline_train_export_run_in_deploy_runner(trained):
     art = A.load_artifact(out)
     assert art.spec.motion.name == "jump" and art.spec.provenance["iterations"] == 2
     assert art.spec.provenance["algorithm"] == "shac"
-    runner = PolicyRunner(art)
+    runner = PolicyRuntime(art)
     o = runner.step(0, q=np.asarray(art.spec.default_joint_pos), dq=np.zeros(29), gyro=np.zeros(3),
                     quat=np.array([1.0, 0, 0, 0]), base_lin_vel=np.zeros(3), base_height=0.78)
     assert np.all(np.isfinite(o.action)) and o.target.shape == (29,)
@@ -67,7 +67,7 @@ def test_resume_continues_from_checkpoint(trained):
 
 
 def test_env_and_deploy_build_the_same_observation():
-    """Contract: the MJX env's observation == deploy's PolicyRunner.observe on the same robot state."""
+    """Contract: the MJX env's observation == deploy's PolicyRuntime.observe on the same robot state."""
     motion = load_motion("jump")
     env = G1Env(EnvConfig(domain_rand=DR.DomainRandConfig.off(), obs_noise=0.0), motion)
     step = jax.jit(env.step)
@@ -76,7 +76,7 @@ def test_env_and_deploy_build_the_same_observation():
     for _ in range(3):
         s = step(s, jnp.asarray(rng.normal(0, 0.3, 29), jnp.float32))
     art = A.load_artifact(A.artifact_dir("jump"))
-    runner = PolicyRunner(art)
+    runner = PolicyRuntime(art)
     runner.last_action = np.asarray(s.last_action, float)
     qpos, qvel = np.asarray(s.data.qpos, float), np.asarray(s.data.qvel, float)
     obs = runner.observe(int(s.step), q=qpos[env.qadr], dq=qvel[env.dadr], gyro=qvel[3:6], quat=qpos[3:7],
