@@ -393,8 +393,6 @@ class SimBridge(BridgeCore):
 
 
 def _gt_message(gt: GroundTruth) -> Any:
-    from deploy import sim_msgs
-
     return sim_msgs.SimGroundTruth_(
         tick=gt.tick, sim_time=gt.sim_time, clock=gt.clock, pos=gt.pos.tolist(), quat=gt.quat.tolist(),
         lin_vel_world=gt.lin_vel_world.tolist(), lin_vel_body=gt.lin_vel_body.tolist(),
