@@ -1,14 +1,13 @@
-"""Run folders: config saved with the run, metrics.csv appended per iteration, curves.png."""
+"""Run folders: the stamped folder, metrics.csv appended per iteration, curves.png (the config:
+train/config.py's save_config)."""
 from __future__ import annotations
 
 import csv
-import dataclasses
 import datetime as _dt
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 import numpy as np
-import yaml
 
 RUNS_ROOT = Path(__file__).resolve().parent.parent / "runs"
 
@@ -18,29 +17,6 @@ def new_run_dir(motion: str, root: Path = RUNS_ROOT, tag: str = "") -> Path:
     d = root / motion / (stamp + (f"-{tag}" if tag else ""))
     (d / "checkpoints").mkdir(parents=True, exist_ok=False)
     return d
-
-
-def _plain(x: Any) -> Any:
-    if dataclasses.is_dataclass(x):
-        return {f.name: _plain(getattr(x, f.name)) for f in dataclasses.fields(x)}
-    if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if isinstance(x, (np.generic,)):
-        return x.item()
-    return x
-
-
-def save_config(run_dir: Path, config: dict) -> None:
-    (Path(run_dir) / "config.yaml").write_text(yaml.safe_dump(_plain(config), sort_keys=False))
-
-
-def load_config(run_dir: Path) -> dict:
-    p = Path(run_dir) / "config.yaml"
-    if not p.is_file():
-        raise FileNotFoundError(f"{p} not found: is {run_dir} a training run folder (runs/<motion>/<stamp>)?")
-    return yaml.safe_load(p.read_text())
 
 
 class MetricsLog:
