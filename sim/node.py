@@ -400,13 +400,3 @@ def _gt_message(gt: GroundTruth) -> Any:
         foot_contact=[int(x) for x in gt.foot_contact], foot_height=gt.foot_height.tolist(),
         band=int(gt.band), resets=gt.resets,
     )
-
-
-def _gt_message(gt: GroundTruth) -> Any:
-    return sim_msgs.SimGroundTruth_(
-        tick=gt.tick, sim_time=gt.sim_time, clock=gt.clock, pos=gt.pos.tolist(), quat=gt.quat.tolist(),
-        lin_vel_world=gt.lin_vel_world.tolist(), lin_vel_body=gt.lin_vel_body.tolist(),
-        ang_vel_world=gt.ang_vel_world.tolist(), ang_vel_body=gt.ang_vel_body.tolist(),
-        foot_contact=[int(x) for x in gt.foot_contact], foot_height=gt.foot_height.tolist(),
-        band=int(gt.band), resets=gt.resets,
-    )
