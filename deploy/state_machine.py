@@ -28,7 +28,7 @@ def state_index(s: State) -> int:
     return STATES.index(s.value)
 
 
-# Remote buttons (LowState.wireless_remote bytes [2:4], u16, bit i; shared/reference/unitree_g1.md)
+# Remote buttons (LowState.wireless_remote bytes [2:4], u16, bit i; Unitree unitree_sdk2 wireless_remote layout)
 BUTTON_BITS = ("R1", "L1", "Start", "Select", "R2", "L2", "F1", "F2",
                "A", "B", "X", "Y", "Up", "Right", "Down", "Left")
 

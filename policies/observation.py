@@ -14,7 +14,7 @@ import numpy as np
 from robots import g1
 from robots import physics
 
-REF_LOOKAHEAD = 3  # reference observations for t+1..t+3 (shared/reference/bcg.md)
+REF_LOOKAHEAD = 3  # reference observations for t+1..t+3 (as the BCG paper's G1 policies)
 
 
 class ObsInputs(NamedTuple):

@@ -3,7 +3,7 @@ criterion. Pure functions; each takes the array module `xp` (numpy by default) s
 env can call them on jax arrays without this package importing jax.
 
 Invariants (tests/test_robot_physics.py): `pd_torque` is the drive law of
-shared/reference/unitree_g1.md, `tau_ff + kp (q* - q) + kd (dq* - dq)`, clipped to +-tau_max
+Unitree's hg LowCmd (motor_cmd q, dq, tau, kp, kd), `tau_ff + kp (q* - q) + kd (dq* - dq)`, clipped to +-tau_max
 when given; `upright_cos(q) == -projected_gravity(q)[..., 2]` for any non-zero norm;
 `fallen` is the one fall criterion of training termination, evaluation and the deploy summary.
 """

@@ -44,7 +44,7 @@ def test_limits_match_model(which, request):
 
 
 def test_limits_match_reference_table():
-    # shared/reference/unitree_g1.md, hand-copied
+    # Unitree's G1 motor table and Menagerie g1.xml, hand-copied
     ref = {
         "left_hip_pitch_joint": (-2.5307, 2.8798, 88, 32),
         "left_hip_roll_joint": (-0.5236, 2.9671, 139, 20),

@@ -1,4 +1,4 @@
-"""Bundled Contact Gradients (BCG), as published (shared/reference/bcg.md).
+"""Bundled Contact Gradients (BCG), as published for the Unitree G1 (the BCG paper's project page, 2026).
 
 On a stiff-contact trigger, B branches perturb the contacting legs' state -- a Cartesian
 offset dp ~ N(0, sigma_p^2 I) and a velocity offset dv ~ N(0, sigma_v^2 I) at each foot in

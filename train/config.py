@@ -206,7 +206,7 @@ PRESETS: dict[str, TrainConfig] = {
         bcg=BCGConfig(branches=4, horizon=2, max_bundled_envs=4),
         domain_rand=DR.CPU,
     ),
-    # Paper scale (shared/reference/bcg.md): 64 envs x 32 steps x 3000 iterations, B = 10, H = 2.
+    # Paper scale (the BCG paper's published settings): 64 envs x 32 steps x 3000 iterations, B = 10, H = 2.
     "gpu": TrainConfig(
         preset="gpu",
         shac=SHACConfig(num_envs=64, horizon=32, iterations=3000),

@@ -1,7 +1,7 @@
 """Sigmoid-activated compliant foot contact (the seed's contact knob k), in JAX, as generalised forces.
 
-The seed paper (shared/reference/bcg.md) scales contact impulses by s_k(d) = 1 / (1 + exp(k d)),
-d the signed sphere-floor distance (m, > 0 apart), k the sharpness (1/m): 50 / 100 / 300, training at
+The seed paper (BCG, on the smoothed compliant contact of Schwarke et al., CoRL 2025) scales contact
+impulses by s_k(d) = 1 / (1 + exp(k d)), d the signed sphere-floor distance (m, > 0 apart), k the sharpness (1/m): 50 / 100 / 300, training at
 300. Here the 8 foot spheres of the feet-only training model get a penalty contact written in JAX;
 MJX's own foot-floor contact is switched off (`disable_foot_contact`) and MJX integrates the rest
 (joint limits, PD torques, gravity) with the contact entering as `qfrc_applied`.

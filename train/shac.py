@@ -3,7 +3,7 @@
 Actor loss: -(sum of discounted rewards over a short horizon + gamma^h V(s_h)) / h, with the
 gradient taken through the simulator (optionally bundled by BCG inside `rollout_fn`) and cut
 between horizons. Critic: an ensemble fitted to TD(lambda) targets computed with a slowly
-moving target critic. Settings default to the published ones (shared/reference/bcg.md).
+moving target critic. Settings default to the published ones (the BCG paper's SHAC settings).
 
 The trainer takes its collaborators as arguments (brax style): `rollout_fn`, the actor's
 `actor_init`/`actor_apply`, a progress callback; it holds no environment knowledge.
