@@ -21,8 +21,9 @@ import numpy as np
 import onnx
 import yaml
 
-from policies.observation import TERMS, ObsTermSpec, obs_size
+from policies.observation import MAX_HISTORY, RUNTIME_TERMS, TERMS, ObsTermSpec, obs_size
 from robots import g1
+from robots.gains import gain_errors
 
 SCHEMA_VERSION = 1
 ROBOT = "g1_29dof_rev1"
@@ -56,10 +57,36 @@ class PolicySpec:
     robot: str = ROBOT
     schema_version: int = SCHEMA_VERSION
     onnx_sha256: str = ""
+    # What adapted (third-party) artifacts add; native artifacts keep the defaults (and their YAML).
+    format: str = "native"  # native | mjlab | holosoma | rl_lab
+    kind: str = "motion"  # motion (native, reference.npz) | velocity (command input) | tracking (time_step input)
+    policy_joint_names: tuple[str, ...] = ()  # the policy's joint order; () = motor order
+    action_scales: tuple[float, ...] = ()  # per policy joint; () = action_scale on every joint
+    action_offset: tuple[float, ...] = ()  # per policy joint; () = default_joint_pos
+    action_clip: float | None = None  # |raw action| clipped to this before scaling
+    history_fill: str = "zeros"  # zeros (holosoma) | first (IsaacLab: the first frame fills the history)
+    command_ranges: tuple[tuple[str, float, float], ...] = ()  # (lin_vel_x|lin_vel_y|ang_vel_z, lo, hi)
+    gait_period: float = 0.0  # s, > 0: the runtime keeps holosoma's two-foot gait phase
+    input_name: str = INPUT_NAME
+    output_name: str = OUTPUT_NAME
+    time_step_input: str = ""  # ONNX input fed the policy step (tracking policies)
+    source: str = ""  # the files the description was read from, and which values are built-in defaults
 
     @property
     def n_obs(self) -> int:
         return obs_size(self.observation)
+
+    @property
+    def motor_index(self) -> np.ndarray:
+        """policy joint i -> motor index (identity for motor-order policies)."""
+        names = self.policy_joint_names or self.joint_names
+        return np.array([g1.JOINT_NAMES.index(n) if n in g1.JOINT_NAMES else -1 for n in names], dtype=np.intp)
+
+    def command_range(self, name: str) -> tuple[float, float] | None:
+        for n, lo, hi in self.command_ranges:
+            if n == name:
+                return lo, hi
+        return None
 
     def to_dict(self, with_sha: bool = True) -> dict:
         d = {
@@ -133,9 +160,14 @@ def robot_spec_fields() -> dict:
     )
 
 
+COMMAND_NAMES = ("lin_vel_x", "lin_vel_y", "ang_vel_z")
+KINDS = ("motion", "velocity", "tracking")
+
+
 def validate_for_robot(spec: PolicySpec) -> None:
-    """Refuse an artifact that does not fit robots/g1.py, naming every mismatch."""
+    """Refuse an artifact that does not fit robots/ (g1.py, gains.py), naming every mismatch and its key."""
     errs = []
+    where = f" ({spec.source})" if spec.source else ""
     if spec.robot != ROBOT:
         errs.append(f"robot is {spec.robot!r}, this deploy drives {ROBOT!r}")
     if len(spec.joint_names) != g1.NUM_MOTORS:
@@ -143,28 +175,82 @@ def validate_for_robot(spec: PolicySpec) -> None:
     elif tuple(spec.joint_names) != tuple(g1.JOINT_NAMES):
         bad = [i for i, (a, b) in enumerate(zip(spec.joint_names, g1.JOINT_NAMES)) if a != b]
         errs.append(f"joint order differs from the motor order at indices {bad[:5]} (e.g. {spec.joint_names[bad[0]]!r} vs {g1.JOINT_NAMES[bad[0]]!r})")
-    for key, ref in (("kp", g1.KP), ("kd", g1.KD), ("default_joint_pos", g1.DEFAULT_JOINT_POS)):
-        v = np.asarray(getattr(spec, key), dtype=float)
-        if v.shape != ref.shape:
-            errs.append(f"{key} has {v.size} entries, expected {ref.size}")
-        elif not np.allclose(v, ref, atol=1e-6):
-            i = int(np.argmax(np.abs(v - ref)))
-            errs.append(f"{key} differs from robots/g1.py (joint {g1.JOINT_NAMES[i]}: {v[i]} vs {ref[i]}): "
-                        "deploy gains must equal training gains")
+    errs += joint_name_errors(spec.policy_joint_names) if spec.policy_joint_names else []
+    errs += gain_errors(spec.kp, spec.kd)
+    dq = np.asarray(spec.default_joint_pos, dtype=float)
+    if dq.shape != (g1.NUM_MOTORS,):
+        errs.append(f"default_joint_pos has {dq.size} entries, expected {g1.NUM_MOTORS}")
+    elif spec.format == "native" and not np.allclose(dq, g1.DEFAULT_JOINT_POS, atol=1e-6):
+        i = int(np.argmax(np.abs(dq - g1.DEFAULT_JOINT_POS)))
+        errs.append(f"default_joint_pos differs from robots/g1.py (joint {g1.JOINT_NAMES[i]}: {dq[i]} vs "
+                    f"{g1.DEFAULT_JOINT_POS[i]}): native observation terms are relative to robots/g1.py's pose")
+    elif not (np.all(np.isfinite(dq)) and np.all(dq >= g1.JOINT_POS_MIN) and np.all(dq <= g1.JOINT_POS_MAX)):
+        errs.append("default_joint_pos is non-finite or outside the joint limits of robots/g1.py")
     if abs(spec.control_dt - g1.CONTROL_DT) > 1e-9:
-        errs.append(f"control_dt {spec.control_dt} != {g1.CONTROL_DT}")
+        errs.append(f"control_dt {spec.control_dt} != {g1.CONTROL_DT} (the deploy loop runs policies at 50 Hz)")
     if not (0 < spec.action_scale < 2.0):
         errs.append(f"action_scale {spec.action_scale} outside (0, 2) rad")
+    n = g1.NUM_MOTORS
+    for key, v, ok in (("action_scale", spec.action_scales, lambda a: np.all((a > 0) & (a < 2.0))),
+                       ("action_offset", spec.action_offset, lambda a: np.all(np.abs(a) < 2 * np.pi))):
+        if v:
+            a = np.asarray(v, dtype=float)
+            if a.shape != (n,):
+                errs.append(f"{key} has {a.size} entries, the policy has {n} joints")
+            elif not (np.all(np.isfinite(a)) and ok(a)):
+                errs.append(f"{key} has entries that are non-finite or out of range "
+                            f"({'each in (0, 2) rad' if key == 'action_scale' else '|offset| < 2 pi'})")
+    if spec.action_clip is not None and not (np.isfinite(spec.action_clip) and spec.action_clip > 0):
+        errs.append(f"action clip {spec.action_clip} must be a positive number (or absent)")
+    if spec.kind not in KINDS:
+        errs.append(f"kind {spec.kind!r} is not one of {KINDS}")
+    if spec.history_fill not in ("zeros", "first"):
+        errs.append(f"history_fill {spec.history_fill!r} must be 'zeros' or 'first'")
+    vocab = TERMS if spec.format == "native" else {k: v[0] for k, v in RUNTIME_TERMS.items()}
     for t in spec.observation:
-        if t.name not in TERMS:
-            errs.append(f"unknown observation term {t.name!r}")
-        elif TERMS[t.name].size != t.size:
-            errs.append(f"observation term {t.name!r} has size {t.size}, this toolkit builds {TERMS[t.name].size}")
-    if not (0 < spec.motion.duration < 600):
+        key = t.source or t.name
+        want = (TERMS[t.name].size if spec.format == "native" else vocab[t.name]) if t.name in vocab else None
+        if want is None:
+            errs.append(f"observation term {key!r} is not one this runtime builds (known: {sorted(vocab)}); "
+                        "retrain without it, or map it in the adapter")
+            continue
+        if t.size != want:
+            errs.append(f"observation term {key!r} has size {t.size}, this runtime builds {want}")
+        if not (isinstance(t.history, int) and 1 <= t.history <= MAX_HISTORY):
+            errs.append(f"observation term {key!r}: history length {t.history} cannot be built "
+                        f"(the runtime stacks 1..{MAX_HISTORY} frames)")
+        if t.clip is not None and not (len(t.clip) == 2 and np.all(np.isfinite(t.clip)) and t.clip[0] < t.clip[1]):
+            errs.append(f"observation term {key!r}: clip {t.clip} must be [low, high] with low < high")
+        if t.scales is not None and (len(t.scales) != t.size or not np.all(np.isfinite(t.scales))):
+            errs.append(f"observation term {key!r}: {len(t.scales)} scales for {t.size} entries")
+    for name, lo, hi in spec.command_ranges:
+        if name not in COMMAND_NAMES or not (np.isfinite(lo) and np.isfinite(hi) and lo <= hi):
+            errs.append(f"command range {name}: [{lo}, {hi}] (names {COMMAND_NAMES}, finite, low <= high)")
+    if spec.kind == "velocity" and not any(t.name.startswith("velocity_command") for t in spec.observation):
+        errs.append("a velocity policy without a velocity command term in its observation")
+    if spec.kind != "velocity" and not (0 < spec.motion.duration < 600):
         errs.append(f"motion duration {spec.motion.duration} s is out of range")
     if errs:
-        raise ArtifactError("policy artifact does not match this robot:\n  - " + "\n  - ".join(errs)
+        raise ArtifactError("policy artifact does not match this robot" + where + ":\n  - " + "\n  - ".join(errs)
                             + "\nRe-train/re-export for this robot, or fix robots/g1.py if the robot changed.")
+
+
+def joint_name_errors(names, key: str = "joint names") -> list[str]:
+    """A policy's joint list must name each of the G1's 29 joints once."""
+    names = list(names)
+    unknown = [n for n in names if n not in g1.JOINT_NAMES]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    missing = [n for n in g1.JOINT_NAMES if n not in names]
+    errs = []
+    if unknown:
+        errs.append(f"{key}: {unknown[:4]} {'are' if len(unknown) > 1 else 'is'} not a G1 joint "
+                    f"({len(unknown)} unknown; the G1 29-DoF names are robots/g1.py's JOINT_NAMES): is this "
+                    "policy for another robot or a 23-DoF G1?")
+    if dup:
+        errs.append(f"{key}: {dup[:4]} listed more than once")
+    if missing and not unknown:
+        errs.append(f"{key}: {missing[:4]} missing ({len(missing)} of the G1's joints); every joint must be listed")
+    return errs
 
 
 def _git_commit(cwd: Path = Path(__file__).parent) -> str:

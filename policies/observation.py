@@ -75,9 +75,17 @@ MOTION_OBS_TERMS: tuple[str, ...] = (
 
 @dataclasses.dataclass(frozen=True)
 class ObsTermSpec:
+    """One observation term as the artifact lists it. Native artifacts use name/size/scale; adapted
+    third-party ones may add a per-element scale, a clip (applied before the scale, as IsaacLab and
+    mjlab do) and a history length (frames stacked term by term, oldest first)."""
+
     name: str
-    size: int
+    size: int  # entries per frame
     scale: float
+    history: int = 1
+    clip: tuple[float, float] | None = None
+    scales: tuple[float, ...] | None = None  # per-element scale (overrides `scale`)
+    source: str = ""  # the term's name and key in the original file (for error messages)
 
 
 def term_specs(names: Sequence[str] = MOTION_OBS_TERMS) -> tuple[ObsTermSpec, ...]:
@@ -88,7 +96,27 @@ def term_specs(names: Sequence[str] = MOTION_OBS_TERMS) -> tuple[ObsTermSpec, ..
 
 
 def obs_size(specs: Sequence[ObsTermSpec]) -> int:
-    return sum(s.size for s in specs)
+    return sum(s.size * s.history for s in specs)
+
+
+# Terms the policy runtime builds for adapted (third-party) artifacts, numpy only, in the policy's joint
+# order (policies.runtime.PolicyRuntime). name -> (entries per frame, what it is). Joint terms have
+# NUM_MOTORS entries. The adapters map each format's term names onto these.
+MAX_HISTORY = 50  # frames: the longest history stack the runtime builds (1 s at 50 Hz)
+RUNTIME_TERMS: dict[str, tuple[int, str]] = {
+    "base_ang_vel": (3, "pelvis IMU gyroscope, rad/s"),
+    "projected_gravity": (3, "gravity unit vector in the pelvis frame"),
+    "base_lin_vel": (3, "pelvis linear velocity in the pelvis frame, m/s (estimated)"),
+    "base_height": (1, "pelvis height - robots/g1.py's default, m (estimated)"),
+    "joint_pos_rel": (g1.NUM_MOTORS, "q - the artifact's default pose, policy joint order, rad"),
+    "joint_vel_rel": (g1.NUM_MOTORS, "joint velocity, policy joint order, rad/s"),
+    "last_action": (g1.NUM_MOTORS, "previous raw policy output, policy joint order"),
+    "velocity_command": (3, "commanded lin_vel_x, lin_vel_y (m/s), ang_vel_z (rad/s)"),
+    "velocity_command_xy": (2, "commanded lin_vel_x, lin_vel_y, m/s"),
+    "velocity_command_yaw": (1, "commanded ang_vel_z, rad/s"),
+    "gait_phase_sin": (2, "sin of the left/right gait phase (holosoma)"),
+    "gait_phase_cos": (2, "cos of the left/right gait phase (holosoma)"),
+}
 
 
 def build_observation(specs: Sequence[ObsTermSpec], inputs: ObsInputs, xp=np):

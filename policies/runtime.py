@@ -11,6 +11,17 @@ Invariants (tests/test_deploy_units.py, tests/test_runtime_parity.py):
 - HOLD after a motion: from the last policy target to the default pose, linearly over
   hold_blend_s (reached at t_in_hold >= hold_blend_s; at once when hold_blend_s <= 0).
 - the ONNX session is single-threaded and sequential (a small MLP: threads only add wake-up latency).
+
+Adapted (third-party) artifacts (spec.format != "native", policies.adapters) run the same class:
+- the observation is built here from policies.observation.RUNTIME_TERMS in the policy's joint order:
+  each term raw -> clip -> times its scale(s) -> its history stack (oldest first; filled with zeros
+  or, IsaacLab's way, with the first frame) -> concatenated in the artifact's order;
+- target[motor_index] = action_offset + action_scales * clip(action), the rest of the motors (none for
+  a 29-joint policy) at the default pose; last_action is the raw output;
+- velocity policies observe the command given to `step` (clipped to the artifact's command ranges) and,
+  with gait_period > 0, holosoma's two-foot gait phase (starts at [0, pi], advances 2 pi dt / period
+  before each observation, both feet at pi while the command is ~0); tracking policies get the policy
+  step on their time_step input and end after their clip.
 """
 from __future__ import annotations
 
@@ -20,9 +31,10 @@ import numpy as np
 import onnxruntime as ort
 
 from policies.action import action_to_joint_target
-from policies.artifact import INPUT_NAME, OUTPUT_NAME, Artifact, ArtifactError
+from policies.artifact import Artifact, ArtifactError
 from policies.observation import ObsInputs, build_observation, reference_window
 from robots import g1
+from robots.physics import projected_gravity
 
 HOLD_BLEND_S = 0.5  # s: HOLD's blend from the last policy target back to the default pose
 
@@ -76,30 +88,66 @@ class PolicyOutput(NamedTuple):
 
 
 class PolicyRuntime:
-    """Runs one artifact's motion from step 0 to n_steps; `step` once per policy tick with the
-    measured (or simulated) state and the base estimate, `hold_target` in the HOLD after it."""
+    """Runs one artifact from step 0 to n_steps; `step` once per policy tick with the measured (or
+    simulated) state, the base estimate and (velocity policies) the command; `hold_target` in the HOLD
+    after it. `run_s` sets how long a velocity policy runs (it has no motion of its own)."""
 
-    def __init__(self, art: Artifact, threads: int = 1, hold_blend_s: float = HOLD_BLEND_S) -> None:
+    def __init__(self, art: Artifact, threads: int = 1, hold_blend_s: float = HOLD_BLEND_S,
+                 run_s: float | None = None) -> None:
         spec = art.spec
         self.art = art
+        self.spec = spec
+        self.native = spec.format == "native"
+        self.kind = spec.kind
         self.session = make_session(art.onnx_bytes, threads)
         self.terms = spec.observation
         self.n_obs = spec.n_obs
         self.control_dt = spec.control_dt
-        self.duration = spec.motion.duration
+        self.duration = float(run_s) if spec.kind == "velocity" else spec.motion.duration
+        if spec.kind == "velocity" and not (run_s and run_s > 0):
+            raise ArtifactError("a velocity policy needs a run length: PolicyRuntime(art, run_s=...) "
+                                "(deploy: the --velocity schedule or --policy-s)")
         self.n_steps = motion_steps(self.duration, self.control_dt)
         self.action_scale = spec.action_scale
         self.default_q = np.asarray(spec.default_joint_pos, float)
+        self.kp = np.asarray(spec.kp, float)
+        self.kd = np.asarray(spec.kd, float)
         self.ref_q = np.asarray(art.ref_q, float)
         self.ref_height = np.asarray(art.ref_height, float)
         self.hold_blend_s = hold_blend_s
+        self.mi = spec.motor_index
+        n = len(self.mi)
+        self.scales = np.asarray(spec.action_scales or [spec.action_scale] * n, float)
+        self.offset = (np.asarray(spec.action_offset, float) if spec.action_offset else self.default_q[self.mi])
+        self.clip = spec.action_clip
+        self._in, self._out = spec.input_name, spec.output_name
+        self._feed = {self._in: np.zeros((1, self.n_obs), np.float32)}
+        if spec.time_step_input:
+            self._feed[spec.time_step_input] = np.zeros((1, 1), np.float32)
+        self._lo, self._hi = np.full(3, -np.inf), np.full(3, np.inf)
+        for j, name in enumerate(("lin_vel_x", "lin_vel_y", "ang_vel_z")):
+            r = spec.command_range(name)
+            if r is not None:
+                self._lo[j], self._hi[j] = r
+        if not self.native:  # per-term history buffers, (history, size) each, and their slice of obs
+            self._hist = [np.zeros((t.history, t.size)) for t in self.terms]
+            self._scale = [np.asarray(t.scales, float) if t.scales is not None else t.scale for t in self.terms]
+            offs = np.cumsum([0] + [t.size * t.history for t in self.terms])
+            self._slices = [slice(int(a), int(b)) for a, b in zip(offs[:-1], offs[1:])]
         self.reset()
         # one warm-up inference so the first real tick does not pay for lazy initialisation
-        self.session.run([OUTPUT_NAME], {INPUT_NAME: np.zeros((1, self.n_obs), np.float32)})
+        self.session.run([self._out], self._feed)
+        self.reset()
 
     def reset(self) -> None:
-        """Start of a motion: no previous action."""
-        self.last_action = np.zeros(g1.NUM_MOTORS)
+        """Start of a motion: no previous action, no history, gait phase at its start."""
+        self.last_action = np.zeros(len(self.spec.motor_index))
+        self.command = np.zeros(3)
+        self.gait_phase = np.array([0.0, np.pi])
+        self._standing = False
+        self._frames = 0
+        for h in getattr(self, "_hist", ()):
+            h[:] = 0.0
 
     def done(self, step: int) -> bool:
         return step >= self.n_steps
@@ -107,24 +155,101 @@ class PolicyRuntime:
     def phase(self, step: int) -> float:
         return float(motion_phase(step, self.control_dt, self.duration))
 
-    def observe(self, step: int, q, dq, gyro, quat, base_lin_vel, base_height) -> np.ndarray:
-        inputs = observation_inputs(
-            step, self.ref_q, self.ref_height, self.control_dt, self.duration,
-            gyro=np.asarray(gyro, float), quat=np.asarray(quat, float), q=np.asarray(q, float),
-            dq=np.asarray(dq, float), last_action=self.last_action, base_lin_vel=np.asarray(base_lin_vel, float),
-            base_height=np.asarray(base_height, float))
-        return build_observation(self.terms, inputs).astype(np.float32)
+    def set_command(self, command) -> np.ndarray:
+        """Velocity command (lin_vel_x, lin_vel_y, ang_vel_z), clipped to the artifact's ranges."""
+        if command is not None:
+            np.clip(np.asarray(command, float), self._lo, self._hi, out=self.command)
+        return self.command
 
-    def infer(self, obs: np.ndarray) -> np.ndarray:
-        out = self.session.run([OUTPUT_NAME], {INPUT_NAME: obs.reshape(1, -1)})[0]
+    def _advance_gait(self) -> None:
+        if self.spec.gait_period <= 0:
+            return
+        p = self.gait_phase + 2 * np.pi * self.control_dt / self.spec.gait_period
+        self.gait_phase = np.fmod(p + np.pi, 2 * np.pi) - np.pi
+        if np.linalg.norm(self.command[:2]) < 0.01 and abs(self.command[2]) < 0.01:
+            self.gait_phase[:] = np.pi  # standing: both feet at the same phase
+            self._standing = True
+        elif self._standing:
+            self.gait_phase = np.array([0.0, np.pi])
+            self._standing = False
+
+    def _raw_term(self, name: str, q, dq, gyro, quat, base_lin_vel, base_height):
+        mi = self.mi
+        if name == "base_ang_vel":
+            return gyro
+        if name == "projected_gravity":
+            return projected_gravity(quat)
+        if name == "joint_pos_rel":
+            return q[mi] - self.default_q[mi]
+        if name == "joint_vel_rel":
+            return dq[mi]
+        if name == "last_action":
+            return self.last_action
+        if name == "velocity_command":
+            return self.command
+        if name == "velocity_command_xy":
+            return self.command[:2]
+        if name == "velocity_command_yaw":
+            return self.command[2:]
+        if name == "gait_phase_sin":
+            return np.sin(self.gait_phase)
+        if name == "gait_phase_cos":
+            return np.cos(self.gait_phase)
+        if name == "base_lin_vel":
+            return base_lin_vel
+        if name == "base_height":
+            return np.asarray(base_height, float).reshape(1) - g1.DEFAULT_BASE_HEIGHT
+        raise ArtifactError(f"observation term {name!r} is not built by this runtime")  # validated before
+
+    def observe(self, step: int, q, dq, gyro, quat, base_lin_vel, base_height) -> np.ndarray:
+        q, dq = np.asarray(q, float), np.asarray(dq, float)
+        if self.native:
+            inputs = observation_inputs(
+                step, self.ref_q, self.ref_height, self.control_dt, self.duration,
+                gyro=np.asarray(gyro, float), quat=np.asarray(quat, float), q=q, dq=dq,
+                last_action=self.last_action, base_lin_vel=np.asarray(base_lin_vel, float),
+                base_height=np.asarray(base_height, float))
+            return build_observation(self.terms, inputs).astype(np.float32)
+        obs = np.empty(self.n_obs, np.float32)
+        first = self._frames == 0
+        for t, h, sc, sl in zip(self.terms, self._hist, self._scale, self._slices):
+            v = self._raw_term(t.name, q, dq, np.asarray(gyro, float), np.asarray(quat, float),
+                               np.asarray(base_lin_vel, float), base_height)
+            if t.clip is not None:
+                v = np.clip(v, t.clip[0], t.clip[1])
+            if h.shape[0] > 1:
+                h[:-1] = h[1:]  # oldest first
+            h[-1] = v * sc
+            if first and self.spec.history_fill == "first":
+                h[:] = h[-1]
+            obs[sl] = h.reshape(-1)
+        self._frames += 1
+        return obs
+
+    def infer(self, obs: np.ndarray, step: int = 0) -> np.ndarray:
+        self._feed[self._in][0] = obs
+        if self.spec.time_step_input:
+            self._feed[self.spec.time_step_input][0, 0] = step
+        out = self.session.run([self._out], self._feed)[0]
         return np.asarray(out, float).reshape(-1)
 
-    def step(self, step: int, q, dq, gyro, quat, base_lin_vel, base_height) -> PolicyOutput:
+    def action_target(self, action: np.ndarray) -> np.ndarray:
+        """Joint targets (motor order) of a raw policy output (policy order)."""
+        if self.native:
+            return action_to_joint_target(action, self.action_scale, self.default_q)
+        a = np.clip(action, -self.clip, self.clip) if self.clip is not None else action
+        target = self.default_q.copy()
+        target[self.mi] = self.offset + self.scales * a
+        return target
+
+    def step(self, step: int, q, dq, gyro, quat, base_lin_vel, base_height, command=None) -> PolicyOutput:
+        self.set_command(command)
+        self._advance_gait()
         obs = self.observe(step, q, dq, gyro, quat, base_lin_vel, base_height)
-        action = self.infer(obs)
-        if action.shape != (g1.NUM_MOTORS,):
-            raise ArtifactError(f"policy returned {action.shape[0]} actions, expected {g1.NUM_MOTORS}")
-        target = action_to_joint_target(action, self.action_scale, self.default_q)
+        action = self.infer(obs, step)
+        if action.shape != (len(self.mi),):
+            raise ArtifactError(f"policy returned {action.shape[0]} actions, expected {len(self.mi)}")
+        target = self.action_target(action)
         self.last_action = action
         return PolicyOutput(step, self.phase(step), obs, action, target)
 

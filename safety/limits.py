@@ -24,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from robots import g1
+from robots.gains import KD_MAX, KP_MAX
 from robots.physics import pd_torque, tilt_angle
 
 # Soft joint limits: 5 % of each joint's range inside the hard limits, at most 0.1 rad.
@@ -127,7 +128,8 @@ def rate_interval(prev: np.ndarray, limits: Limits):
     return prev - limits.max_step, prev + limits.max_step
 
 
-def safe_target(proposed: np.ndarray, q: np.ndarray, dq: np.ndarray, prev: np.ndarray, limits: Limits) -> np.ndarray:
+def safe_target(proposed: np.ndarray, q: np.ndarray, dq: np.ndarray, prev: np.ndarray, limits: Limits,
+                kp: np.ndarray | None = None, kd: np.ndarray | None = None) -> np.ndarray:
     """The admissible target nearest to `proposed` (all inputs finite; prev inside the soft limits).
 
     Feasible set F = soft limits  n  [prev - max_step, prev + max_step]  (never empty).
@@ -136,7 +138,7 @@ def safe_target(proposed: np.ndarray, q: np.ndarray, dq: np.ndarray, prev: np.nd
     prev = np.minimum(np.maximum(prev, limits.q_min), limits.q_max)  # defensive: F stays non-empty
     f_lo = np.maximum(limits.q_min, prev - limits.max_step)
     f_hi = np.minimum(limits.q_max, prev + limits.max_step)
-    t_lo, t_hi = torque_interval(q, dq, limits.kp, limits.kd, limits.torque)
+    t_lo, t_hi = torque_interval(q, dq, limits.kp if kp is None else kp, limits.kd if kd is None else kd, limits.torque)
     lo = np.maximum(f_lo, t_lo)
     hi = np.minimum(f_hi, t_hi)
     empty = lo > hi
@@ -146,12 +148,21 @@ def safe_target(proposed: np.ndarray, q: np.ndarray, dq: np.ndarray, prev: np.nd
     return np.minimum(np.maximum(proposed, lo), hi)
 
 
+def gains_ok(kp: np.ndarray, kd: np.ndarray) -> bool:
+    """Gains the drives may be sent: robots/gains.py's bounds (0 < kp <= KP_MAX, 0 <= kd <= KD_MAX)."""
+    return (kp.shape == (g1.NUM_MOTORS,) and kd.shape == (g1.NUM_MOTORS,) and all_finite(kp, kd)
+            and bool(np.all((kp > 0) & (kp <= KP_MAX) & (kd >= 0) & (kd <= KD_MAX))))
+
+
 def check_command(q: np.ndarray, dq: np.ndarray, quat: np.ndarray, proposed: np.ndarray | None,
-                  prev: np.ndarray, limits: Limits, check_tilt: bool = True) -> Command | Trip:
+                  prev: np.ndarray, limits: Limits, check_tilt: bool = True,
+                  gains: tuple[np.ndarray, np.ndarray] | None = None) -> Command | Trip:
     """(measured state, proposed joint targets) -> a safe position command, or a Trip.
 
     `proposed=None` asks for no position command (PASSIVE): the state checks still run and the
-    result is the zero-torque command. Trips: non-finite state, non-finite proposal, tilt."""
+    result is the zero-torque command. `gains` = (kp, kd) to send instead of limits.kp/kd (a policy
+    artifact's gains): the torque bound uses exactly the gains sent, and gains outside robots/gains.py's
+    bounds trip. Trips: non-finite state, non-finite proposal, tilt, bad gains."""
     if not all_finite(q, dq, quat):
         bad = [n for n, a in (("q", q), ("dq", dq), ("quat", quat)) if not all_finite(a)]
         return Trip("nonfinite_state", f"non-finite values in measured {', '.join(bad)}")
@@ -170,7 +181,11 @@ def check_command(q: np.ndarray, dq: np.ndarray, quat: np.ndarray, proposed: np.
         bad = np.flatnonzero(~np.isfinite(proposed))
         return Trip("nonfinite_action", f"non-finite joint targets for {len(bad)} motors "
                                         f"(first: {g1.JOINT_NAMES[bad[0]]}); the policy output NaN/inf")
+    kp, kd = (limits.kp, limits.kd) if gains is None else (np.asarray(gains[0], float), np.asarray(gains[1], float))
+    if gains is not None and not gains_ok(kp, kd):
+        return Trip("bad_gains", "PD gains outside robots/gains.py's bounds (or non-finite); pre-flight should "
+                                 "have refused this artifact")
     if not all_finite(prev):
         prev = clamp_joint_limits(q, limits)  # cannot happen via the monitor; start from where we are
-    target = safe_target(proposed, q, dq, prev, limits)
-    return Command(target, _Z.copy(), _Z.copy(), limits.kp.copy(), limits.kd.copy(), "position")
+    target = safe_target(proposed, q, dq, prev, limits, kp, kd)
+    return Command(target, _Z.copy(), _Z.copy(), kp.copy(), kd.copy(), "position")

@@ -117,7 +117,8 @@ class SafetyMonitor:
         return self._damping
 
     def step(self, now: float, q, dq, quat, proposed, rx_time: float | None, tick: int | None,
-             lateness: float = 0.0, check_tilt: bool = True) -> Command:
+             lateness: float = 0.0, check_tilt: bool = True, gains=None) -> Command:
+        """`gains` = (kp, kd) of the command (a policy's own gains); None = limits.kp/kd."""
         if self.latched:
             return self._damping
         trip = self.stale.check(now, rx_time, tick) or self.deadline.check(lateness)
@@ -126,7 +127,7 @@ class SafetyMonitor:
                 self.reset_target(q)
             prev = self.prev_target if self.prev_target is not None else np.zeros(g1.NUM_MOTORS)
             out = check_command(np.asarray(q, float), np.asarray(dq, float), np.asarray(quat, float),
-                                proposed, prev, self.limits, check_tilt=check_tilt)
+                                proposed, prev, self.limits, check_tilt=check_tilt, gains=gains)
             if isinstance(out, Command):
                 if out.kind == "position":
                     self.prev_target = out.q

@@ -1,0 +1,136 @@
+"""holosoma (holosoma-inference) ONNX policies. The file's metadata_props are JSON:
+
+    dof_names (policy joint order), kp, kd (per joint, that order), command_ranges
+    {lin_vel_x, lin_vel_y, ang_vel_yaw, heading}
+
+Default pose, action scale, rate and the observation terms are not in the file: holosoma keeps them in
+its Python config, and concatenates the terms in sorted(term name) order (not the listed order). They
+come from a sidecar YAML beside the ONNX (`<stem>.yaml` or `holosoma.yaml`; README "Third-party
+policies"):
+
+    default_dof_angles: [29 floats, dof_names order]   # rad
+    policy_action_scale: 0.25                           # target = default + scale * action
+    rl_rate: 50                                         # Hz (only 50 runs here)
+    gait_period: 1.0                                    # s; 0 = no gait phase
+    actor_obs: [base_ang_vel, projected_gravity, ...]   # term names (sorted by the adapter)
+    obs_dims: {base_ang_vel: 3, ...}
+    obs_scales: {base_ang_vel: 0.25, ...}
+    history_length: 1
+
+or, for holosoma-inference 0.1.3's published G1 29-DoF locomotion models (input `actor_obs` [1, 100],
+the G1's 29 dof_names), from BUILT_IN_LOCO below: the values of its `g1-29dof-loco` config
+(robot g1_29dof, observation loco_g1_29dof, task locomotion), used only when no sidecar exists and
+stated in the artifact's `source`. Whole-body-tracking models (`obs` + `time_step`) need terms this
+runtime does not build (motion_command fed back from the graph, motion_ref_ori_b from torso
+kinematics) and are refused with those names.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from policies.adapters.common import TIME_STEP, finish, io_shapes, metadata, term, to_motor_order
+from policies.artifact import Artifact, ArtifactError, MotionSpec, joint_name_errors
+from policies.observation import RUNTIME_TERMS
+from robots import g1
+
+TERMS = {"actions": "last_action", "base_ang_vel": "base_ang_vel", "base_lin_vel": "base_lin_vel",
+         "projected_gravity": "projected_gravity", "dof_pos": "joint_pos_rel", "dof_vel": "joint_vel_rel",
+         "command_lin_vel": "velocity_command_xy", "command_ang_vel": "velocity_command_yaw",
+         "sin_phase": "gait_phase_sin", "cos_phase": "gait_phase_cos"}
+SIDECAR_KEYS = ("default_dof_angles", "policy_action_scale", "actor_obs", "obs_dims", "obs_scales")
+
+BUILT_IN_LOCO = {  # holosoma-inference 0.1.3, config g1-29dof-loco (config_values/{robot,observation,task}.py)
+    "default_dof_angles": [-0.312, 0.0, 0.0, 0.669, -0.363, 0.0] * 2 + [0.0, 0.0, 0.0]
+    + [0.2, 0.2, 0.0, 0.6, 0.0, 0.0, 0.0] + [0.2, -0.2, 0.0, 0.6, 0.0, 0.0, 0.0],
+    "policy_action_scale": 0.25, "rl_rate": 50, "gait_period": 1.0, "history_length": 1,
+    "actor_obs": ["base_ang_vel", "projected_gravity", "command_lin_vel", "command_ang_vel", "dof_pos", "dof_vel",
+                  "actions", "sin_phase", "cos_phase"],
+    "obs_dims": {"base_ang_vel": 3, "projected_gravity": 3, "command_lin_vel": 2, "command_ang_vel": 1,
+                 "dof_pos": 29, "dof_vel": 29, "actions": 29, "sin_phase": 2, "cos_phase": 2},
+    "obs_scales": {"base_ang_vel": 0.25, "projected_gravity": 1.0, "command_lin_vel": 1.0, "command_ang_vel": 1.0,
+                   "dof_pos": 1.0, "dof_vel": 0.05, "actions": 1.0, "sin_phase": 1.0, "cos_phase": 1.0},
+}
+WBT_TERMS = ("motion_command", "motion_ref_ori_b", "base_ang_vel", "dof_pos", "dof_vel", "actions")
+
+
+def is_holosoma(meta: dict) -> bool:
+    return "dof_names" in meta and "kp" in meta
+
+
+def _json(meta, key, where):
+    try:
+        return json.loads(meta[key])
+    except KeyError as e:
+        raise ArtifactError(f"{where}: holosoma metadata_props lacks {key!r}; export with holosoma's exporter "
+                            "(it writes dof_names, kp, kd as JSON)") from e
+    except json.JSONDecodeError as e:
+        raise ArtifactError(f"{where}: metadata_props[{key!r}] is not JSON: {e}") from e
+
+
+def sidecar_path(path: Path) -> Path | None:
+    for p in (path.with_suffix(".yaml"), path.parent / "holosoma.yaml"):
+        if p.is_file():
+            return p
+    return None
+
+
+def read(path: Path, model, blob) -> Artifact:
+    where = str(path)
+    meta = metadata(model)
+    names = _json(meta, "dof_names", where)
+    errs = joint_name_errors(names, key=f"{where}: metadata_props['dof_names']")
+    if errs:
+        raise ArtifactError("\n".join(errs))
+    kp, kd = _json(meta, "kp", where), _json(meta, "kd", where)
+    ins, outs = io_shapes(model)
+    side = sidecar_path(path)
+    if side is not None:
+        try:
+            cfg = yaml.safe_load(side.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ArtifactError(f"{side} is not valid YAML: {e}") from e
+        missing = [k for k in SIDECAR_KEYS if k not in cfg]
+        if missing:
+            raise ArtifactError(f"{side}: holosoma sidecar lacks {missing}; it needs {list(SIDECAR_KEYS)} "
+                                "(README, 'Third-party policies')")
+        origin = f"sidecar {side.name}"
+    elif TIME_STEP in ins:
+        raise ArtifactError(f"{where}: a holosoma whole-body-tracking model: its observation {list(WBT_TERMS)} needs "
+                            "motion_command (fed back from the graph's outputs) and motion_ref_ori_b (torso "
+                            "orientation relative to the reference), which this runtime does not build")
+    elif list(ins) == ["actor_obs"] and ins["actor_obs"][1:] == [100] and list(names) == list(g1.JOINT_NAMES):
+        cfg, origin = BUILT_IN_LOCO, "built-in defaults of holosoma-inference 0.1.3's g1-29dof-loco config"
+    else:
+        raise ArtifactError(f"{where}: holosoma file without a sidecar, and not one of the published G1 29-DoF "
+                            f"locomotion models (inputs {ins}); write {path.with_suffix('.yaml').name} with "
+                            f"{list(SIDECAR_KEYS)} (README, 'Third-party policies')")
+    rate = float(cfg.get("rl_rate", 50))
+    hist = cfg.get("history_length", 1)
+    obs = []
+    for n in sorted(cfg["actor_obs"]):  # holosoma concatenates terms in sorted order
+        canon = TERMS.get(n, n)
+        if canon not in RUNTIME_TERMS:
+            raise ArtifactError(f"{where}: observation term {n!r} ({origin}: actor_obs) is not one this runtime "
+                                f"builds (holosoma names {sorted(TERMS)}); retrain without it")
+        if n not in cfg["obs_dims"] or n not in cfg["obs_scales"]:
+            raise ArtifactError(f"{where}: term {n!r} needs obs_dims[{n!r}] and obs_scales[{n!r}] ({origin})")
+        t = term(canon, f"actor_obs: {n}", cfg["obs_scales"][n], history=hist)
+        obs.append(t if int(cfg["obs_dims"][n]) == t.size else
+                   type(t)(t.name, int(cfg["obs_dims"][n]), t.scale, t.history, t.clip, t.scales, t.source))
+    rng = json.loads(meta["command_ranges"]) if meta.get("command_ranges") not in (None, "null") else None
+    ranges = () if not rng else tuple((ours, float(rng[k][0]), float(rng[k][1]))
+                                      for ours, k in (("lin_vel_x", "lin_vel_x"), ("lin_vel_y", "lin_vel_y"),
+                                                      ("ang_vel_z", "ang_vel_yaw")) if k in rng)
+    scale = float(cfg["policy_action_scale"])
+    return finish(
+        path, blob, model, format="holosoma", kind="velocity", motion=MotionSpec(path.stem, 0.0),
+        policy_joint_names=tuple(names), control_dt=1.0 / rate,
+        kp=to_motor_order(kp, names, "kp", where), kd=to_motor_order(kd, names, "kd", where),
+        default_joint_pos=to_motor_order(cfg["default_dof_angles"], names, "default_dof_angles", where),
+        action_scale=scale, action_clip=100.0, observation=tuple(obs), input_name=next(iter(ins)),
+        output_name="action" if "action" in outs else "actions", command_ranges=ranges, gait_period=float(cfg.get("gait_period", 0.0) or 0.0),
+        history_fill="zeros", source=f"{path.name} (holosoma JSON metadata; {origin})",
+        provenance={k: meta[k][:200] for k in ("wandb_run_path", "iteration") if k in meta})
