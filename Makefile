@@ -14,6 +14,7 @@ SEED ?= 0
 ROBOT ?= sim
 NET_IF ?=
 RUN ?=
+POLICY ?=
 ARGS ?=
 
 .PHONY: setup lint-imports test test-slow train export eval sim deploy calibrate bench clean lo-multicast
@@ -60,7 +61,7 @@ sim: setup lo-multicast
 	$(PY) -m sim $(ARGS)
 
 deploy: setup lo-multicast
-	$(PY) -m deploy.cli --robot $(ROBOT) --motion $(MOTION) $(if $(NET_IF),--net-if $(NET_IF)) $(ARGS)
+	$(PY) -m deploy.cli --robot $(ROBOT) --motion $(MOTION) $(if $(POLICY),--policy $(POLICY)) $(if $(NET_IF),--net-if $(NET_IF)) $(ARGS)
 
 calibrate: setup lo-multicast
 	$(PY) -m calibration.cli --robot $(ROBOT) $(if $(NET_IF),--net-if $(NET_IF)) $(ARGS)

@@ -2,6 +2,7 @@
 
     python -m deploy.cli --robot sim --motion stand          # dry run: bridge + loop with --auto
     python -m deploy.cli --robot g1 --net-if eth0 --motion jump
+    python -m deploy.cli --robot sim --policy <.onnx or folder> --velocity 0.5,0,0@5-10   # third-party policy
 
 sim: starts the sim bridge (`python -m sim`, DDS domain 1 on lo) in a subprocess (comm.sim_process), runs pre-flight and the whole
      sequence with --auto (PASSIVE -> STAND_UP -> HOLD -> band released -> POLICY -> HOLD), stops
@@ -38,7 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--robot", choices=("sim", "g1"), default="sim")
     p.add_argument("--motion", default="stand", help="policies/g1/<motion> (default: stand)")
-    p.add_argument("--policy-dir", default=None, help="an artifact directory (overrides --motion)")
+    p.add_argument("--policy-dir", "--policy", dest="policy_dir", default=None,
+                   help="a policy of any supported format (overrides --motion): a native artifact folder, an "
+                        "mjlab / BeyondMimic or holosoma .onnx, an unitree_rl_lab folder (policies.adapters)")
+    p.add_argument("--velocity", action="append", default=[], metavar="VX,VY,WZ@T0-T1",
+                   help="velocity policies: command VX, VY (m/s), WZ (rad/s) from T0 to T1 s on the run's clock "
+                        "(repeatable; POLICY starts ~4 s into a dry run); without it the remote's sticks command")
+    p.add_argument("--policy-s", type=float, default=None,
+                   help="velocity policies: seconds in POLICY (default: to the last --velocity window + 1 s, else 60)")
     p.add_argument("--net-if", default=None, help="network interface (g1: required; sim: lo)")
     p.add_argument("--domain", type=int, default=None, help="DDS domain (g1: 0, sim: 1)")
     p.add_argument("--auto", dest="auto", action="store_true", default=None,
@@ -112,6 +120,16 @@ def main(argv=None) -> int:
 
         art = check_artifact(policy_dir)
         check_interface(args.net_if)
+        from deploy import velocity
+
+        try:
+            windows = velocity.parse_schedule(args.velocity)
+        except ValueError as e:
+            raise PreflightError(str(e)) from e
+        if windows and art.spec.kind != "velocity":
+            raise PreflightError(f"--velocity given, but {policy_dir} is a {art.spec.kind} policy (no velocity command)")
+        if art.spec.kind == "velocity" and args.auto and not windows and args.robot == "sim":
+            raise PreflightError("a velocity policy in an --auto dry run needs --velocity VX,VY,WZ@T0-T1 (no sticks)")
         estimator_cfg = None
         if args.calibration:  # calibration consumer: IMU biases (robots.calibration); fails before anything starts
             from deploy.estimator import EstimatorConfig
@@ -132,13 +150,14 @@ def main(argv=None) -> int:
 
     if args.auto and args.max_run_s is None:  # an auto run that has not ended by then is stuck: end it
         a = AutoScript()
-        args.max_run_s = a.passive_s + args.stand_up_s + a.hold_s + art.spec.motion.duration + a.hold_after_s + 10.0
+        run = velocity.run_s(windows, args.policy_s, art.spec.kind) or art.spec.motion.duration
+        args.max_run_s = a.passive_s + args.stand_up_s + a.hold_s + run + a.hold_after_s + 10.0
 
     cfg = LoopConfig(
         policy_dir=str(policy_dir), domain=args.domain, interface=args.net_if, sim=args.robot == "sim",
         auto=args.auto, stand_up_s=args.stand_up_s, state_timeout_s=args.state_timeout, max_run_s=args.max_run_s,
         exit_on_damping=args.auto, run_root=args.run_root, plot=not args.no_plot,
-        ground_truth=args.robot == "sim",
+        ground_truth=args.robot == "sim", velocity=windows, policy_s=args.policy_s,
         **({"estimator": estimator_cfg} if estimator_cfg is not None else {}),
     )
     holder = {}
@@ -183,7 +202,8 @@ def main(argv=None) -> int:
     if not args.quiet:
         keys = ("final_state", "states_visited", "ticks", "deadline_misses", "safety_events", "compute_ms_p50",
                 "compute_ms_p99", "stream_period_error_p50", "stream_period_error_p99", "fell",
-                "estimator_base_vel_rmse_mps", "estimator_base_height_rmse_m", "estop_to_damping_s")
+                "estimator_base_vel_rmse_mps", "estimator_base_height_rmse_m", "estop_to_damping_s", "policy",
+                "velocity")
         print(json.dumps({k: summary.get(k) for k in keys}, indent=2))
     print(f"summary: {Path(summary['run_dir']) / 'summary.json'}", flush=True)
     return EXIT_DAMPING if summary["final_state"] == "DAMPING" else EXIT_OK

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from comm import dds, remote
-from deploy import realtime
+from deploy import realtime, velocity
 from deploy.estimator import Estimator, EstimatorConfig
 from deploy.link import Link
 from deploy.log import Columns, policy_fields, tick_fields
@@ -61,6 +61,8 @@ class LoopConfig:
     estimator: EstimatorConfig = EstimatorConfig()
     ground_truth: bool = True  # sim: subscribe to the bridge's ground truth for the summary
     realtime_priority: int = 10  # SCHED_FIFO priority of the loop thread when permitted (0: leave as is)
+    velocity: tuple = ()  # velocity policies: deploy.velocity.VelocityWindow schedule on the run's clock (else sticks)
+    policy_s: float | None = None  # velocity policies: how long POLICY runs (default: schedule end + settle, or 60 s)
 
 
 class ControlLoop:
@@ -70,7 +72,11 @@ class ControlLoop:
                  sim_client: Any = None, echo: Callable[[str], None] = print,
                  estimator: Estimator | None = None) -> None:
         self.cfg, self.art, self.link = cfg, art, link
-        self.runtime = runtime or PolicyRuntime(art, hold_blend_s=cfg.hold_blend_s)
+        self.runtime = runtime or PolicyRuntime(art, hold_blend_s=cfg.hold_blend_s,
+                                                run_s=velocity.run_s(cfg.velocity, cfg.policy_s, art.spec.kind))
+        self.cmd_log = Columns(dict(t=(), cmd=(3,)))  # velocity policies: the command of each policy step
+        rt_ = self.runtime  # a policy's own gains are sent in POLICY (STAND_UP/HOLD keep robots/g1.py's)
+        self._policy_gains = None if (np.array_equal(rt_.kp, g1.KP) and np.array_equal(rt_.kd, g1.KD)) else (rt_.kp, rt_.kd)
         self.sim = sim_client
         self.echo = echo
         self.estimator = estimator or Estimator(cfg.estimator)
@@ -149,8 +155,8 @@ class ControlLoop:
         self.t0 = t0
         self.monitor = SafetyMonitor(Limits.default(), watchdog or self.cfg.watchdog, period=g1.COMMAND_DT, t0=t0)
         self._state_q0 = None
-        self._hold_from = g1.DEFAULT_JOINT_POS.copy()
-        self._policy_target = g1.DEFAULT_JOINT_POS.copy()
+        self._hold_from = self.runtime.default_q.copy()
+        self._policy_target = self.runtime.default_q.copy()
         self._policy_k0 = 0
         self._last_step = -1
         self._last_seq = -1
@@ -261,7 +267,11 @@ class ControlLoop:
 
     def _run_policy(self, step: int, st, est, wake: float):
         t0 = time.monotonic()
-        out = self.runtime.step(step, st.q, st.dq, est.gyro, st.quat, est.base_lin_vel, est.base_height)
+        cmd = velocity.policy_command(self.cfg.velocity, self.runtime.spec, wake - self.t0, st.remote) \
+            if self.runtime.kind == "velocity" else None
+        out = self.runtime.step(step, st.q, st.dq, est.gyro, st.quat, est.base_lin_vel, est.base_height, command=cmd)
+        if cmd is not None:
+            self.cmd_log.append(t=wake - self.t0, cmd=self.runtime.command)
         t1 = time.monotonic()
         self._last_step = step
         self._policy_target = out.target
@@ -305,10 +315,10 @@ class ControlLoop:
         policy_out, est_ms, pol_ms = None, 0.0, 0.0
         if sm.state == State.STAND_UP:
             a = min(1.0, sm.time_in_state(t) / cfg.stand_up_s)
-            proposed = self._state_q0 + a * (g1.DEFAULT_JOINT_POS - self._state_q0)
+            proposed = self._state_q0 + a * (self.runtime.default_q - self._state_q0)
             if a >= 1.0:
                 self._go(State.HOLD, t, k, st, "stand-up blend done")
-                self._hold_from = g1.DEFAULT_JOINT_POS.copy()
+                self._hold_from = self.runtime.default_q.copy()
         est = self._est  # (re)set on entering POLICY above
         if sm.state == State.POLICY:
             step = (k - self._policy_k0) // DECIMATION
@@ -333,7 +343,8 @@ class ControlLoop:
 
         # the safety gate
         t_saf0 = time.monotonic()
-        cmd = mon.step(wake, st.q, st.dq, st.quat, proposed, rx_time=s.rx_time, tick=st.tick, lateness=lateness)
+        cmd = mon.step(wake, st.q, st.dq, st.quat, proposed, rx_time=s.rx_time, tick=st.tick, lateness=lateness,
+                       gains=self._policy_gains if sm.state == State.POLICY else None)
         t_saf1 = time.monotonic()
         if mon.latched and sm.state != State.DAMPING:
             self._enter_damping(t, mon.latch.trip.kind)
@@ -381,7 +392,10 @@ class ControlLoop:
             self._policy_k0 = k
             self._last_step = -1
             self._pending = None
-            self._policy_target = g1.DEFAULT_JOINT_POS.copy()
+            self._policy_target = self.runtime.default_q.copy()
+            if self.runtime.kind == "velocity" and self.cfg.velocity and self.cfg.policy_s is None:  # to schedule end
+                end = velocity.run_s(self.cfg.velocity, None)
+                self.runtime.n_steps = max(1, int(round((end - t) / self.runtime.control_dt)))
             # standing still in HOLD: the estimator's reset assumption (at rest, lower foot on the ground)
             try:
                 self._est = self.estimator.reset(st.q, st.quat, st.tick * 1e-3)
@@ -435,7 +449,8 @@ def run(cfg: LoopConfig, echo: Callable[[str], None] = print, on_loop: Callable[
     Raises PreflightError (nothing commanded) when a pre-flight check fails. `on_loop` receives the
     ControlLoop before it starts (the CLI uses it to route SIGINT)."""
     art = check_artifact(cfg.policy_dir)
-    runtime = PolicyRuntime(art, hold_blend_s=cfg.hold_blend_s)
+    runtime = PolicyRuntime(art, hold_blend_s=cfg.hold_blend_s,
+                            run_s=velocity.run_s(cfg.velocity, cfg.policy_s, art.spec.kind))
     link = open_link(cfg.domain, cfg.interface)
     sim_client = None
     try:

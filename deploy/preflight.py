@@ -2,7 +2,9 @@
 
 Order (each failure raises PreflightError with the fix in the message, and no command is sent;
 the LowCmd writer does not even exist until all of them pass):
-  1. the policy artifact loads and matches robots/g1.py      (policies.artifact.load_artifact)
+  1. the policy artifact loads and matches robots/ (joints, gains within robots/gains.py's bounds,
+     default pose, observation terms the runtime builds, ONNX sizes); any supported format
+     (policies.adapters.load_policy: native, mjlab / BeyondMimic, holosoma, unitree_rl_lab)
   2. the network interface exists                             (comm.dds.check_interface)
   3. DDS initialises on (domain, interface)                   (comm.dds.init_dds)
   4. LowState arrives within a timeout, with a valid CRC
@@ -14,7 +16,8 @@ from __future__ import annotations
 
 from comm import dds, hg
 from deploy.link import Link
-from policies.artifact import Artifact, ArtifactError, load_artifact
+from policies.adapters import load_policy
+from policies.artifact import Artifact, ArtifactError
 from robots import g1
 
 MODE_MACHINE_NAMES = {1: "23dof", 2: "29dof", 3: "29dof lock-waist", 4: "23dof rev1.0", 5: "29dof rev1.0",
@@ -27,7 +30,7 @@ class PreflightError(RuntimeError):
 
 def check_artifact(policy_dir) -> Artifact:
     try:
-        return load_artifact(policy_dir)
+        return load_policy(policy_dir)
     except ArtifactError as e:
         raise PreflightError(f"policy artifact rejected: {e}") from e
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deploy.log import Columns, new_run_dir, pct, plot_run, write_json
+from deploy import velocity
 from deploy.state_machine import STATES, State, state_index
 from robots import g1
 from robots.physics import FALL_DEFINITION, fallen
@@ -56,6 +57,8 @@ def write_results(loop: ControlLoop, final_state: str, end_t: float) -> dict:
         "lowstate_crc_errors": loop.link.crc_errors,
         "scheduling": getattr(loop, "scheduling", None),
         "ground_truth": gt.get("info"),
+        "policy": {"format": loop.art.spec.format, "kind": loop.art.spec.kind, "source": loop.art.spec.source},
+        "velocity": _velocity(loop, ticks) if loop.runtime.kind == "velocity" else None,
         "run_dir": str(run_dir),
     }
     arrays = {**ticks.arrays(), **pol.arrays("pol_")}
@@ -69,6 +72,14 @@ def write_results(loop: ControlLoop, final_state: str, end_t: float) -> dict:
         except Exception as e:  # noqa: BLE001 - the plot must not lose the run's log
             loop.echo(f"[deploy] plot failed: {e}")
     return summary
+
+
+def _velocity(loop: ControlLoop, ticks: dict) -> dict | None:
+    """Commanded vs achieved velocity, distance, heading change, tilt (deploy.velocity.run_metrics)."""
+    gt = getattr(loop.sim, "gt_history", None) if loop.sim is not None else None
+    c = loop.cmd_log
+    return velocity.run_metrics(gt, ticks["t"], ticks["tick"], ticks["state"] == state_index(State.POLICY),
+                                c["t"], c["cmd"])
 
 
 def ground_truth_metrics(gt_history, ticks: Columns) -> dict:

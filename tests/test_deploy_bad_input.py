@@ -72,7 +72,7 @@ def _swap(y):
 
 
 def _kp(y):
-    y["kp"][4] = 40.0  # rl_gym's ankle gain instead of this robot's 200
+    y["kp"][4] = 5000.0  # beyond robots/gains.py's bound for the 50 Nm ankle (50 / 0.05 rad = 1000 Nm/rad)
 
 
 BROKEN = {
@@ -82,8 +82,8 @@ BROKEN = {
     "not_onnx": (lambda d: (d / "policy.onnx").write_bytes(b"not a model"), ["sha256 does not match"]),
     "yaml_joint_count": (lambda d: _edit_yaml(d, lambda y: y["joint_names"].pop()), ["28 joints, the G1 has 29"]),
     "yaml_joint_order": (lambda d: _edit_yaml(d, _swap), ["joint order differs from the motor order at indices [3, 9]"]),
-    "yaml_gains": (lambda d: _edit_yaml(d, _kp), ["kp differs from robots/g1.py (joint left_ankle_pitch_joint: 40.0 vs 200.0)",
-                                                   "deploy gains must equal training gains"]),
+    "yaml_gains": (lambda d: _edit_yaml(d, _kp), ["kp of left_ankle_pitch_joint is 5000, outside 0 < kp <= 1000",
+                                                   "robots/gains.py"]),
     "yaml_robot": (lambda d: _edit_yaml(d, lambda y: y.__setitem__("robot", "h1")), ["robot is 'h1'"]),
     "yaml_garbage": (lambda d: (d / "policy.yaml").write_text("{not: [valid"), ["is not valid YAML"]),
 }

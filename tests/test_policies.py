@@ -110,7 +110,7 @@ def _edit_yaml(path, fn):
     [
         (lambda d: d["joint_names"].pop(), "28 joints"),
         (lambda d: d["joint_names"].__setitem__(slice(0, 2), d["joint_names"][1::-1]), "joint order"),
-        (lambda d: d["kp"].__setitem__(3, 999.0), "kp differs"),
+        (lambda d: d["kp"].__setitem__(3, 1e4), "kp of left_knee_joint is 10000, outside 0 < kp <= 2780"),
         (lambda d: d.__setitem__("schema_version", 99), "schema_version 99"),
         (lambda d: d.pop("motion"), "missing keys"),
         (lambda d: d["observation"][0].__setitem__("name", "telepathy"), "unknown observation term"),
