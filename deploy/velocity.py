@@ -79,12 +79,25 @@ def stick_command(lx: float, ly: float, rx: float, ranges: dict, dead_zone: floa
     return (vx, vy, wz)
 
 
-def policy_run_s(windows: Sequence[VelocityWindow], policy_s: float | None, default_s: float = 60.0) -> float:
+def run_s(windows: Sequence[VelocityWindow], policy_s: float | None, kind: str = "velocity",
+          default_s: float = 60.0) -> float | None:
     """How long a velocity policy may run: --policy-s, else to the schedule's end + SETTLE_S (on the run's
-    clock; the loop shortens it at POLICY entry), else default_s (the robot, driven by the sticks)."""
+    clock; the loop shortens it at POLICY entry), else default_s (the robot, driven by the sticks).
+    None for motion and tracking policies (they end with their reference)."""
+    if kind != "velocity":
+        return None
     if policy_s is not None:
         return float(policy_s)
     return schedule_end(windows) + SETTLE_S if windows else float(default_s)
+
+
+def policy_command(windows: Sequence[VelocityWindow], spec, t: float, remote) -> tuple[float, float, float]:
+    """The schedule's command at run time t, else the remote's sticks within the policy's command ranges
+    (the runtime clips to the ranges again)."""
+    if windows:
+        return scheduled(windows, t)
+    ranges = {n: spec.command_range(n) for n in ("lin_vel_x", "lin_vel_y", "ang_vel_z")}
+    return stick_command(remote.lx, remote.ly, remote.rx, {k: v for k, v in ranges.items() if v})
 
 
 def run_metrics(gt_history, t, tick, in_policy, cmd_t, cmd, settle_s: float = SETTLE_S) -> dict | None:

@@ -180,7 +180,7 @@ def probe_onnx(n_obs: int, path: Path, time_step: bool = False) -> None:
 
 
 def rl_lab_folder(tmp_path, observations, n_obs, **edit) -> Path:
-    d = {"joint_ids_map": list(ISAAC_ORDER), "step_dt": 0.02, "stiffness": list(g1.KP), "damping": list(g1.KD),
+    d = {"joint_ids_map": list(ISAAC_ORDER), "step_dt": 0.02, "stiffness": g1.KP.tolist(), "damping": g1.KD.tolist(),
          "default_joint_pos": [float(g1.DEFAULT_JOINT_POS[i]) for i in ISAAC_ORDER],
          "commands": {"base_velocity": {"ranges": {"lin_vel_x": [-0.5, 1.0], "lin_vel_y": [-0.3, 0.3],
                                                    "ang_vel_z": [-0.2, 0.2], "heading": None}}},
