@@ -150,8 +150,8 @@ def main(argv=None) -> int:
 
     if args.auto and args.max_run_s is None:  # an auto run that has not ended by then is stuck: end it
         a = AutoScript()
-        run = velocity.run_s(windows, args.policy_s, art.spec.kind) or art.spec.motion.duration
-        args.max_run_s = a.passive_s + args.stand_up_s + a.hold_s + run + a.hold_after_s + 10.0
+        run_len = velocity.run_s(windows, args.policy_s, art.spec.kind) or art.spec.motion.duration
+        args.max_run_s = a.passive_s + args.stand_up_s + a.hold_s + run_len + a.hold_after_s + 10.0
 
     cfg = LoopConfig(
         policy_dir=str(policy_dir), domain=args.domain, interface=args.net_if, sim=args.robot == "sim",
