@@ -14,6 +14,7 @@ Programmatic use (the CLI is a thin wrapper):
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 import traceback
@@ -25,9 +26,9 @@ from comm import dds, remote
 from deploy import realtime, velocity
 from deploy.estimator import Estimator, EstimatorConfig
 from deploy.link import Link
-from deploy.log import Columns, policy_fields, tick_fields
+from deploy.log import CHUNK_S, LOG_FILE, Columns, StreamLog, new_run_dir, policy_fields, tick_fields
 from deploy.preflight import PreflightError, check_artifact, open_link, run_preflight
-from deploy.state_machine import AutoScript, ButtonEdges, State, StateMachine, estop_requested, state_index
+from deploy.state_machine import STATES, AutoScript, ButtonEdges, State, StateMachine, estop_requested, state_index
 from deploy.summary import write_results
 from policies.artifact import Artifact
 from policies.runtime import HOLD_BLEND_S, PolicyRuntime
@@ -86,8 +87,11 @@ class ControlLoop:
         self._stop = threading.Event()
         self._sigint = threading.Event()
         self.events: list[dict] = []
+        # in memory until run() streams them to <run_dir>/log.mcap (tests driving ticks directly read these)
         self.ticks = Columns(tick_fields())
         self.pol = Columns(policy_fields(self.runtime.n_obs))
+        self.log: StreamLog | None = None
+        self.run_dir = None
         self.motions_done = 0
         self.mode_machine = g1.MODE_MACHINE_29DOF_REV1
         self._estop_press_t: float | None = None
@@ -105,12 +109,27 @@ class ControlLoop:
         self._stop.set()
 
     def note(self, t: float, kind: str, detail: str) -> None:
-        self.events.append({"time": round(float(t), 6), "kind": kind, "detail": detail})
+        e = {"time": round(float(t), 6), "kind": kind, "detail": detail}
+        self.events.append(e)
+        if self.log is not None:
+            self.log.event(e)
+
+    def open_log(self) -> None:
+        """The run folder and its streamed log (deploy.log.StreamLog): from here on the tick and policy rows
+        go to <run_dir>/log.mcap in 1 s chunks through the writer thread, in bounded memory."""
+        self.run_dir = new_run_dir(self.cfg.run_root)
+        rows = {"tick": int(round(CHUNK_S / g1.COMMAND_DT)), "policy": int(round(CHUNK_S / g1.CONTROL_DT))}
+        channels = {"tick": tick_fields(), "policy": policy_fields(self.runtime.n_obs)}
+        meta = {"state_names": json.dumps(STATES), "joint_names": json.dumps(g1.JOINT_NAMES),
+                "policy": str(self.art.path)}
+        self.log = StreamLog(self.run_dir / LOG_FILE, channels, rows, metadata=meta)
+        self.ticks, self.pol = self.log.columns("tick"), self.log.columns("policy")
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> dict:
         cfg = self.cfg
         dt = g1.COMMAND_DT
+        self.open_log()  # before enter(): its writer thread is boosted like the DDS threads (no GIL-holding preemption)
         rt = realtime.enter(cfg.realtime_priority)  # SCHED_FIFO, DDS threads one below, GC frozen
         self.scheduling = rt.scheduling
         self.link.open_writer()

@@ -1,7 +1,7 @@
-"""The results of one deploy run under runs/deploy/<stamp>/ (see deploy/log.py): summary.json with
-DESIGN.md's stable keys, events.json, log.npz and the plot; and the metrics taken from the sim
-bridge's ground truth (`fell` by robots.physics.fallen, the one fall criterion, estimator RMSE,
-pelvis apex, flight time).
+"""The results of one deploy run under runs/deploy/<stamp>/ (see deploy/log.py): the streamed log.mcap is
+closed, read back, and gives summary.json (DESIGN.md's stable keys), events.json and the plot; plus the
+metrics taken from the sim bridge's ground truth (`fell` by robots.physics.fallen, the one fall criterion,
+estimator RMSE, pelvis apex, flight time).
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deploy.log import Columns, new_run_dir, pct, plot_run, write_json
+from deploy.log import LOG_FILE, new_run_dir, pct, plot_run, read_log, write_json
 from deploy import velocity
 from deploy.state_machine import STATES, State, state_index
 from robots import g1
@@ -18,12 +18,27 @@ from robots.physics import FALL_DEFINITION, fallen
 if TYPE_CHECKING:
     from deploy.loop import ControlLoop
 
+# what the summary reads back from the log at full rate (t, sent, lateness, work: timing; the rest: ground truth)
+SUMMARY_TICK_FIELDS = ("t", "sent", "lateness", "work_ms", "state", "tick", "new", "est_vel", "est_height")
+PLOT_TICK_FIELDS = ("t", "q", "cmd_q", "cmd_kp", "cmd_kd", "quat", "state")
+PLOT_ROWS = 50_000
+
 
 def write_results(loop: ControlLoop, final_state: str, end_t: float) -> dict:
     """Write the run's files; returns the summary."""
     cfg = loop.cfg
-    run_dir = new_run_dir(cfg.run_root)
-    ticks, pol = loop.ticks, loop.pol
+    log_info = {}
+    if loop.log is not None:  # run(): close the stream, then everything below is read back from the file
+        run_dir = loop.run_dir
+        loop.log.close()
+        ticks = read_log(run_dir / LOG_FILE, fields={"tick": list(SUMMARY_TICK_FIELDS), "policy": None})
+        pol = {k[len("pol_"):]: v for k, v in ticks.items() if k.startswith("pol_")}
+        log_info = {"log_file": str(run_dir / LOG_FILE), "log_bytes": loop.log.bytes_written(),
+                    "log_chunks": loop.log.written_chunks, "log_dropped_chunks": loop.log.dropped_chunks,
+                    "log_error": loop.log.error}
+    else:  # a loop driven tick by tick (tests): its in-memory columns, no log file
+        run_dir = new_run_dir(cfg.run_root)
+        ticks, pol = loop.ticks.arrays(), loop.pol.arrays()
     sent = ticks["sent"]
     period_err = np.abs(np.diff(sent) - g1.COMMAND_DT) / g1.COMMAND_DT if len(sent) > 1 else np.array([])
     compute = pol["compute_ms"]
@@ -32,8 +47,8 @@ def write_results(loop: ControlLoop, final_state: str, end_t: float) -> dict:
     summary = {
         "final_state": final_state,
         "states_visited": list(loop.sm.visited),
-        "ticks": int(ticks.n),
-        "policy_ticks": int(pol.n),
+        "ticks": int(loop.ticks.n),
+        "policy_ticks": int(loop.pol.n),
         "deadline_misses": int(loop.monitor.deadline.misses) if loop.monitor else 0,
         "safety_events": list(loop.monitor.events) if loop.monitor else [],
         "compute_ms_p50": pct(compute, 50),
@@ -59,16 +74,18 @@ def write_results(loop: ControlLoop, final_state: str, end_t: float) -> dict:
         "ground_truth": gt.get("info"),
         "policy": {"format": loop.art.spec.format, "kind": loop.art.spec.kind, "source": loop.art.spec.source},
         "velocity": _velocity(loop, ticks) if loop.runtime.kind == "velocity" else None,
+        **log_info,
         "run_dir": str(run_dir),
     }
-    arrays = {**ticks.arrays(), **pol.arrays("pol_")}
-    np.savez_compressed(run_dir / "log.npz", **arrays, state_names=np.array(STATES),
-                        joint_names=np.array(g1.JOINT_NAMES))
     write_json(run_dir / "events.json", loop.events + [{**e, "safety": True} for e in summary["safety_events"]])
     write_json(run_dir / "summary.json", summary)
-    if cfg.plot and ticks.n:
+    if cfg.plot and loop.ticks.n:
         try:
-            plot_run(run_dir, ticks, STATES)
+            plot = ticks
+            if loop.log is not None:  # a long run is plotted from every n-th tick (at most ~PLOT_ROWS points)
+                plot = read_log(run_dir / LOG_FILE, fields={"tick": list(PLOT_TICK_FIELDS)},
+                                stride=max(1, loop.ticks.n // PLOT_ROWS))
+            plot_run(run_dir, plot, STATES)
         except Exception as e:  # noqa: BLE001 - the plot must not lose the run's log
             loop.echo(f"[deploy] plot failed: {e}")
     return summary
@@ -82,14 +99,15 @@ def _velocity(loop: ControlLoop, ticks: dict) -> dict | None:
                                 c["t"], c["cmd"])
 
 
-def ground_truth_metrics(gt_history, ticks: Columns) -> dict:
+def ground_truth_metrics(gt_history, ticks: dict) -> dict:
     """Estimator RMSE and `fell` from the bridge's ground truth, matched by LowState tick."""
     if gt_history is None:
         return {}
     hist = list(gt_history)
     if not hist:
         return {"info": "no ground truth received"}
-    t_end_tick = int(np.nanmax(ticks["tick"])) if ticks.n else 0
+    n = len(ticks["t"])
+    t_end_tick = int(np.nanmax(ticks["tick"])) if n else 0
     by_tick = {int(g.tick): g for g in hist if int(g.tick) <= t_end_tick}
     # fell: robots.physics' one fall criterion after the band was released
     released = sorted((g for g in by_tick.values() if not g.band), key=lambda g: int(g.tick))
@@ -111,7 +129,7 @@ def ground_truth_metrics(gt_history, ticks: Columns) -> dict:
     in_pol = np.flatnonzero(st == state_index(State.POLICY))
     vel_rmse = height_rmse = None
     if in_pol.size:
-        sel = np.arange(in_pol[0], ticks.n)
+        sel = np.arange(in_pol[0], n)
         sel = sel[(ticks["new"][sel] > 0) & (st[sel] != state_index(State.DAMPING))]
         ev, eh, gv, gh = [], [], [], []
         for i in sel:

@@ -20,6 +20,7 @@ import pytest
 
 from deploy.cli import BRIDGE_PRIORITY
 from deploy.link import LowCmdObserver
+from deploy.log import read_log
 from deploy.realtime import boost_process
 from comm.sim_msgs import SimClient
 from comm.sim_process import launch_bridge_process
@@ -91,7 +92,7 @@ def test_nan_policy_output_damps_on_the_first_policy_tick(sim, observer, dds_dom
     assert "POLICY" in s["states_visited"]
     assert abs((t_d - t_p) - T_POLICY) < 0.5, "damping must come when POLICY starts"
     # the loop's own log: not a single position command was sent in POLICY
-    log = np.load(f"{s['run_dir']}/log.npz")
+    log = read_log(s["run_dir"])
     in_policy = log["state"] == list(log["state_names"]).index("POLICY")
     assert not np.any(in_policy)  # POLICY lasted zero command ticks: the trip came in the tick that entered it
     # nothing non-finite ever reached the wire

@@ -12,6 +12,7 @@ import pytest
 
 from comm import crc
 from deploy.cli import BRIDGE_PRIORITY
+from deploy.log import read_log
 from deploy.link import LowCmdObserver
 from deploy.realtime import boost_process
 from comm.sim_process import launch_bridge_process
@@ -52,10 +53,11 @@ def test_dry_run_end_to_end(dds_domain, tmp_path):
     assert s["stream_period_error_p99"] < 2.0  # p99 of |period - 2 ms| / 2 ms, a loaded 2-core machine
     assert 0 <= s["estimator_base_vel_rmse_mps"] < 0.1 and 0 <= s["estimator_base_height_rmse_m"] < 0.03
     run_dir = Path(s["run_dir"])
-    for f in ("summary.json", "log.npz", "events.json", "joints.png"):
+    for f in ("summary.json", "log.mcap", "events.json", "joints.png"):
         assert (run_dir / f).is_file(), f
     assert json.loads((run_dir / "summary.json").read_text()) == s
-    log = np.load(run_dir / "log.npz")
+    log = read_log(run_dir)  # the streamed MCAP log, complete (footer written)
+    assert not log["truncated"] and s["log_dropped_chunks"] == 0
     assert log["q"].shape == (s["ticks"], 29) and log["pol_obs"].shape == (200, 189)
     # what reached the wire: valid CRC, the robot's mode_machine, mode_pr 0, 29 motors enabled
     assert len(cmds) > 0.8 * s["ticks"]
