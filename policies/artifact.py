@@ -211,7 +211,7 @@ def validate_for_robot(spec: PolicySpec) -> None:
         key = t.source or t.name
         want = (TERMS[t.name].size if spec.format == "native" else vocab[t.name]) if t.name in vocab else None
         if want is None:
-            errs.append(f"observation term {key!r} is not one this runtime builds (known: {sorted(vocab)}); "
+            errs.append(f"unknown observation term {key!r}: not one this runtime builds (known: {sorted(vocab)}); "
                         "retrain without it, or map it in the adapter")
             continue
         if t.size != want:

@@ -146,6 +146,7 @@ class PolicyRuntime:
         self.gait_phase = np.array([0.0, np.pi])
         self._standing = False
         self._frames = 0
+        self._time_step = 0
         for h in getattr(self, "_hist", ()):
             h[:] = 0.0
 
@@ -226,10 +227,11 @@ class PolicyRuntime:
         self._frames += 1
         return obs
 
-    def infer(self, obs: np.ndarray, step: int = 0) -> np.ndarray:
+    def infer(self, obs: np.ndarray) -> np.ndarray:
+        """The network's raw output; a time_step input gets the step being run (set by `step`)."""
         self._feed[self._in][0] = obs
         if self.spec.time_step_input:
-            self._feed[self.spec.time_step_input][0, 0] = step
+            self._feed[self.spec.time_step_input][0, 0] = self._time_step
         out = self.session.run([self._out], self._feed)[0]
         return np.asarray(out, float).reshape(-1)
 
@@ -246,7 +248,8 @@ class PolicyRuntime:
         self.set_command(command)
         self._advance_gait()
         obs = self.observe(step, q, dq, gyro, quat, base_lin_vel, base_height)
-        action = self.infer(obs, step)
+        self._time_step = step
+        action = self.infer(obs)
         if action.shape != (len(self.mi),):
             raise ArtifactError(f"policy returned {action.shape[0]} actions, expected {len(self.mi)}")
         target = self.action_target(action)
