@@ -56,6 +56,7 @@ def run_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, 
     hold_from = target
     fell, fell_t = False, None
     pen_max, force_hist, force_t = 0.0, [], []
+    load_pen = load = 0.0  # stance penetration: sums of force x penetration and of force
     sole_max_in_flight = np.full(2, -np.inf)
     track = []
     log = {"t": [], "pelvis_z": [], "sole": [], "action": [], "target": []}
@@ -89,8 +90,9 @@ def run_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, 
                 if t0 <= ts < t1:
                     d.xfrc_applied[sim.pelvis, :3] += f
             mujoco.mj_step(m, d)
-            pen, fz = sim.floor_contacts()
+            pen, fz, fpen = sim.floor_contacts()
             pen_max = max(pen_max, pen)
+            load_pen, load = load_pen + fpen, load + fz
             force_hist.append(fz)
             force_t.append(ts)
             if in_flight:
@@ -114,6 +116,7 @@ def run_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, 
         "landing_impact_bw": impact,
         "tracking_error_cm": float(np.mean(track) * 100) if track else None,
         "penetration_mm": pen_max * 1000,
+        "stance_penetration_mm": load_pen / load * 1000 if load > 0 else None,
         "stood_at_end": bool(stood),
         "final_pelvis_height_m": z,
         "dr": {k: (v if not isinstance(v, np.ndarray) else [round(float(x), 4) for x in v]) for k, v in dr.items()},

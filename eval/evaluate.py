@@ -88,6 +88,7 @@ def evaluate(motion: str, cfg: EvalConfig = EvalConfig(), artifact_root: Path | 
     clear = report.summary_stats([r["apex_foot_clearance_m"] for r in results])
     track = report.summary_stats([r["tracking_error_cm"] for r in results])
     pen = report.summary_stats([r["penetration_mm"] for r in results])
+    stance_pen = report.summary_stats([r["stance_penetration_mm"] for r in results])
     impact = report.summary_stats([r["landing_impact_bw"] for r in results])
     summary = {
         "motion": motion,
@@ -101,6 +102,7 @@ def evaluate(motion: str, cfg: EvalConfig = EvalConfig(), artifact_root: Path | 
         "tracking_error_cm_max": None if track is None else track["max"],
         "penetration_mm": None if pen is None else pen["max"],
         "penetration_mm_mean": None if pen is None else pen["mean"],
+        "stance_penetration_mm": None if stance_pen is None else stance_pen["mean"],
         "landing_impact_bw": None if impact is None else {"mean": impact["mean"], "max": impact["max"]},
         "seconds_per_episode": float(np.mean(t_eps)) if t_eps else None,
         # the fall criterion is robots.physics' one (not configurable here); recorded beside the settings

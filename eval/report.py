@@ -24,6 +24,9 @@ def definitions(flight_margin_s: float) -> dict:
         "tracking_error_cm": "mean over policy steps and 5 key bodies (pelvis, feet, hands) of world-frame distance "
                              "to FK of the reference (reference pelvis position, upright, ref_q); mean over episodes",
         "penetration_mm": "max over episodes of the deepest robot-floor contact",
+        "stance_penetration_mm": "mean foot penetration in stance: load-weighted (sum of normal force x "
+                                 "penetration / sum of normal force over robot-floor contacts and physics steps), "
+                                 "mean over episodes",
         "landing_impact_bw": "peak total robot-floor normal force (10 ms mean) / body weight, from 0.1 s before "
                              "the last reference touch-down to 0.5 s after (no flight: after a 0.2 s settle)",
         "stood_at_end": "episodes ending upright at 0.785 +- 0.05 m, still (< 0.2 m/s), not fallen",

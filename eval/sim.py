@@ -78,22 +78,24 @@ class EvalSim:
         d, m = self.d, self.m
         return np.array([np.min(d.geom_xpos[s, 2] - m.geom_size[s, 0]) for s in self.soles])
 
-    def floor_contacts(self) -> tuple[float, float]:
-        """(max penetration m, total normal force N) over robot-floor contacts now."""
+    def floor_contacts(self) -> tuple[float, float, float]:
+        """(max penetration m, total normal force N, sum over contacts of normal force x penetration
+        N m) over robot-floor contacts now; the last / the second is the load-weighted penetration."""
         d = self.d
         n = d.ncon
         if n == 0:
-            return 0.0, 0.0
+            return 0.0, 0.0, 0.0
         c = d.contact
         on_floor = (c.geom1[:n] == self.floor) | (c.geom2[:n] == self.floor)
         if not on_floor.any():
-            return 0.0, 0.0
+            return 0.0, 0.0, 0.0
         pen = float(max(0.0, -np.min(c.dist[:n][on_floor])))
-        fz = 0.0
+        fz = fpen = 0.0
         for i in np.flatnonzero(on_floor):
             mujoco.mj_contactForce(self.m, d, int(i), self._force)
             fz += self._force[0]
-        return pen, fz
+            fpen -= self._force[0] * c.dist[i]
+        return pen, fz, fpen
 
 
 def reference_key_positions(sim: EvalSim, ref_q: np.ndarray, ref_base_pos: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ import argparse
 import sys
 
 OVERRIDE_SECTIONS = ("shac", "actor", "bcg", "env", "dr", "domain_rand")
+SIGMOID_SUBSTEPS = 6  # 300 Hz: the sigmoid contact is unstable at 200 Hz on the G1 (train/contact.py)
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -55,6 +56,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--iterations", type=int, default=None, help="override the preset's iteration count")
     ap.add_argument("--stiffness", default="stiff", help="contact stiffness: soft|medium|stiff or a solref timeconst (s)")
+    ap.add_argument("--contact", default=None, choices=["mjx", "sigmoid"],
+                    help="foot-floor contact model: mjx (MJX constraint contact, knob --stiffness) or sigmoid "
+                         "(the seed's sigmoid-activated compliant contact, knob --kappa; sets env.substeps=6, "
+                         "the 300 Hz substep it needs, unless --set env.substeps is given)")
+    ap.add_argument("--kappa", type=float, default=None, help="sigmoid contact sharpness k (1/m), e.g. 50, 100, 300")
     ap.add_argument("--resume", default=None, help="a run folder to continue from its latest checkpoint")
     ap.add_argument("--export-dir", default=None, help="where to export (default policies/g1/<motion>/)")
     ap.add_argument("--tag", default="", help="suffix of the run folder name")
@@ -78,6 +84,13 @@ def main(argv=None) -> int:
         overrides = parse_overrides(a.set)
         if a.iterations is not None:
             overrides.setdefault("shac", {})["iterations"] = a.iterations
+        env = overrides.setdefault("env", {})
+        if a.contact is not None:
+            env["contact"] = a.contact
+            if a.contact == "sigmoid":
+                env.setdefault("substeps", SIGMOID_SUBSTEPS)
+        if a.kappa is not None:
+            env["kappa"] = a.kappa
         cfg = preset(a.preset, motion=a.motion, algo=a.algo, seed=a.seed, stiffness=stiffness).with_overrides(overrides)
     except ValueError as e:
         ap.error(str(e))

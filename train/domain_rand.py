@@ -57,7 +57,8 @@ class EnvParams:
     """Physics parameters of one environment (leaves may carry a leading env axis)."""
 
     friction: jax.Array  # () sliding friction of foot and floor geoms
-    contact_timeconst: jax.Array  # () solref time constant of foot-floor contact, s
+    contact_timeconst: jax.Array  # () solref time constant of foot-floor contact, s ("mjx" contact)
+    contact_kappa: jax.Array  # () 1/m, sigmoid sharpness k of the "sigmoid" contact (train/contact.py)
     mass_scale: jax.Array  # (nbody,)
     kp_scale: jax.Array  # (29,)
     kd_scale: jax.Array  # (29,)
@@ -69,11 +70,12 @@ class EnvParams:
         return dataclasses.replace(self, **kw)
 
 
-def nominal_params(nbody: int, friction: float, timeconst: float) -> EnvParams:
+def nominal_params(nbody: int, friction: float, timeconst: float, kappa: float = 300.0) -> EnvParams:
     f = jnp.asarray(0.0).dtype  # float32, or float64 under jax_enable_x64
     return EnvParams(
         friction=jnp.asarray(friction, f),
         contact_timeconst=jnp.asarray(timeconst, f),
+        contact_kappa=jnp.asarray(kappa, f),
         mass_scale=jnp.ones(nbody, f),
         kp_scale=jnp.ones(g1.NUM_MOTORS, f),
         kd_scale=jnp.ones(g1.NUM_MOTORS, f),

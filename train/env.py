@@ -9,8 +9,12 @@ and the incoming state).
   substep the PD runs exactly as on the robot's drives:
   robots.physics.pd_torque (tau = kp (q* - q) - kd dq, clipped to +-TORQUE_LIMIT),
   q* = action_to_joint_target(action), kp/kd = g1.KP/g1.KD times the environment's randomised scales.
-- Contact stiffness is one knob (`EnvConfig.stiffness`, see robots/model.py); it lives in the
-  per-environment `EnvParams` (train/domain_rand.py) so it can be changed without recompiling.
+- Foot-floor contact (`EnvConfig.contact`): "mjx", MJX's constraint contact whose one knob is the
+  solref time constant (`EnvConfig.stiffness`, robots/model.py); or "sigmoid", the seed paper's
+  sigmoid-activated compliant contact (train/contact.py, knob kappa in 1/m), applied as generalised
+  forces with MJX's own foot contact switched off; it needs a 300 Hz substep (substeps = 6). The
+  knob of either lives in the per-environment `EnvParams` (train/domain_rand.py), so it can be
+  changed without recompiling.
 - Observations come from the one builder in policies/observation.py: base_lin_vel in the
   pelvis frame and pelvis height from the true state, optionally noised.
 - Reward (train/rewards.py) against the reference row of the time reached after the step.
@@ -23,6 +27,7 @@ and the incoming state).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Protocol
 
 import jax
@@ -37,6 +42,7 @@ from policies.action import ACTION_SCALE, action_to_joint_target
 from robots import g1
 from robots import model as M
 from robots import physics as P
+from train import contact as C
 from train import domain_rand as DR
 from train import rewards as R
 
@@ -60,9 +66,17 @@ class Motion(Protocol):
     duration: float
 
 
+CONTACT_MODELS = ("mjx", "sigmoid")
+
+
 @dataclasses.dataclass(frozen=True)
 class EnvConfig:
     stiffness: str | float = "stiff"  # robots.model.STIFFNESS_TIMECONST name or a solref timeconst (s)
+    contact: str = "mjx"  # CONTACT_MODELS: "mjx" (MJX constraint contact, knob `stiffness`) or "sigmoid"
+    kappa: float = 300.0  # 1/m, sharpness of the "sigmoid" contact (the seed's k: 50 / 100 / 300)
+    contact_law: str = "softplus"  # train.contact.LAWS
+    contact_stiffness: float = 2.0e4  # N/m per foot sphere ("sigmoid")
+    contact_damping: float = 60.0  # N s/m per foot sphere ("sigmoid")
     substeps: int = 4  # physics steps per control step
     control_dt: float = g1.CONTROL_DT
     action_scale: float = ACTION_SCALE
@@ -74,9 +88,25 @@ class EnvConfig:
     domain_rand: DR.DomainRandConfig = DR.DomainRandConfig()
     mjcf: str | None = None
 
+    def __post_init__(self):
+        if self.contact not in CONTACT_MODELS:
+            raise ValueError(f"unknown env.contact {self.contact!r}; use one of {CONTACT_MODELS}")
+        if self.contact == "sigmoid":
+            try:
+                self.contact_params().validate(self.physics_dt)
+            except ValueError as e:
+                raise ValueError(f"env.contact=sigmoid: {e} (the sigmoid contact needs env.substeps >= "
+                                 f"{math.ceil(self.control_dt / C.SUBSTEP - 1e-9)} at control_dt {self.control_dt} s)") from None
+
     @property
     def physics_dt(self) -> float:
         return self.control_dt / self.substeps
+
+    def contact_params(self) -> C.ContactParams:
+        """Nominal parameters of the "sigmoid" contact (per env, friction and kappa come from EnvParams)."""
+        return C.ContactParams(kappa=float(self.kappa), stiffness=float(self.contact_stiffness),
+                               damping=float(self.contact_damping), friction=float(self.foot_friction),
+                               law=self.contact_law)
 
 
 @jax.tree_util.register_dataclass
@@ -147,7 +177,15 @@ class G1Env:
         self.timeconst = M.contact_timeconst(cfg.stiffness)
         mcfg = M.TrainModelConfig(stiffness=self.timeconst, timestep=cfg.physics_dt,
                                   foot_friction=cfg.foot_friction, mjcf=cfg.mjcf)
-        self.mj_model = m = M.build_training_model(mcfg) if mj_model is None else mj_model
+        m = M.build_training_model(mcfg) if mj_model is None else mj_model
+        floor = m.geom("floor").id
+        self.sphere_geoms = np.array([i for i in range(m.ngeom) if i != floor and m.geom_contype[i]
+                                      and m.geom_type[i] == mujoco.mjtGeom.mjGEOM_SPHERE])
+        self.sigmoid = cfg.contact == "sigmoid"
+        if self.sigmoid:  # the JAX contact replaces MJX's foot-floor contact, never adds to it
+            m = C.disable_foot_contact(m, self.sphere_geoms)
+            self._contact_params = cfg.contact_params()
+        self.mj_model = m
         self.mx = mjx.put_model(m)
         self.qadr = M.motor_qpos_adr(m)
         self.dadr = M.motor_dof_adr(m)
@@ -164,9 +202,6 @@ class G1Env:
         d.qpos[3] = 1.0
         d.qpos[self.qadr] = ref_q[0]
         mujoco.mj_forward(m, d)
-        floor = m.geom("floor").id
-        sph = [i for i in range(m.ngeom) if i != floor and m.geom_contype[i] and m.geom_type[i] == mujoco.mjtGeom.mjGEOM_SPHERE]
-        self.sphere_geoms = np.array(sph)
         self.sphere_radius = m.geom_size[self.sphere_geoms, 0].copy()
         bottom = d.geom_xpos[self.sphere_geoms, 2] - self.sphere_radius
         d.qpos[2] -= bottom.min()
@@ -179,18 +214,7 @@ class G1Env:
         self.sphere_foot = np.array([foot_of_body[int(m.geom_bodyid[g])] for g in self.sphere_geoms])
         self.contact_geoms = np.concatenate([[floor], self.sphere_geoms])
 
-        # Contact rows: MJX keeps a fixed contact list (floor x each sphere), each condim-3 pyramid = 4 rows.
-        con = jax.jit(mjx.collision)(self.mx, self.init_data)._impl.contact
-        con_geom = np.asarray(con.geom)
-        adr = np.asarray(con.efc_address)
-        dim = np.asarray(con.dim)
-        rows = []
-        for g in self.sphere_geoms:
-            (ci,) = np.nonzero((con_geom == g).any(axis=1))
-            if len(ci) != 1 or dim[ci[0]] != 3 or adr[ci[0]] < 0:
-                raise RuntimeError(f"unexpected MJX contact layout for sphere geom {g}: contacts {ci}, dim {dim}")
-            rows.append(adr[ci[0]] + np.arange(4))
-        self.sphere_efc_rows = np.array(rows)  # (8, 4)
+        self.sphere_efc_rows = None if self.sigmoid else self._sphere_efc_rows()
         self.num_spheres = len(self.sphere_geoms)
 
         fdt = jnp.asarray(0.0).dtype
@@ -205,12 +229,27 @@ class G1Env:
         self._kp = jnp.asarray(g1.KP, fdt)
         self._kd = jnp.asarray(g1.KD, fdt)
         self._lim = jnp.asarray(g1.TORQUE_LIMIT, fdt)
-        self._nominal = DR.nominal_params(m.nbody, cfg.foot_friction, self.timeconst)
+        self._nominal = DR.nominal_params(m.nbody, cfg.foot_friction, self.timeconst, cfg.kappa)
         self.obs_specs = O.term_specs(tuple(cfg.obs_terms))
         self.observation_size = O.obs_size(self.obs_specs)
         self._metric_zeros = None
 
     # ------------------------------------------------------------------ helpers
+    def _sphere_efc_rows(self) -> np.ndarray:
+        """(8, 4) constraint rows of the spheres' floor contacts: MJX keeps a fixed contact list (floor x
+        each sphere), each condim-3 pyramid = 4 rows ("mjx" contact only)."""
+        con = jax.jit(mjx.collision)(self.mx, self.init_data)._impl.contact
+        con_geom = np.asarray(con.geom)
+        adr = np.asarray(con.efc_address)
+        dim = np.asarray(con.dim)
+        rows = []
+        for g in self.sphere_geoms:
+            (ci,) = np.nonzero((con_geom == g).any(axis=1))
+            if len(ci) != 1 or dim[ci[0]] != 3 or adr[ci[0]] < 0:
+                raise RuntimeError(f"unexpected MJX contact layout for sphere geom {g}: contacts {ci}, dim {dim}")
+            rows.append(adr[ci[0]] + np.arange(4))
+        return np.array(rows)
+
     def sphere_forces(self, data: mjx.Data) -> jax.Array:
         """(8,) normal force of each foot sphere's floor contact in the last substep (N)."""
         return data._impl.efc_force[self.sphere_efc_rows].sum(-1)
@@ -321,8 +360,14 @@ class G1Env:
         kp, kd, lim = self._kp * p.kp_scale, self._kd * p.kd_scale, self._lim
         data = state.data.replace(qvel=DR.maybe_push(k_push, state.data.qvel, p))
 
+        if self.sigmoid:
+            cp = dataclasses.replace(self._contact_params, kappa=p.contact_kappa, friction=p.friction)
+
         def substep(d, _):
             tau = P.pd_torque(q_target, d.qpos[self.qadr], d.qvel[self.dadr], kp, kd, tau_max=lim, xp=jnp)
+            if self.sigmoid:
+                d, f = C.step(mx, d.replace(ctrl=tau), self.sphere_geoms, cp)
+                return d, (f[:, 2], jnp.sum(tau ** 2))
             d = mjx.step(mx, d.replace(ctrl=tau))
             return d, (self.sphere_forces(d), jnp.sum(tau ** 2))
 

@@ -210,6 +210,15 @@ def export_policy(params, cfg, obs_norm, motion, provenance_info: dict, out_dir:
     return ExportResult(out, CONVERTER, err, n_obs)
 
 
+def contact_provenance(cfg) -> dict:
+    """The training contact model and its knob, for the artifact's provenance."""
+    env = cfg.env
+    if env.contact == "sigmoid":
+        return {"contact": "sigmoid", "kappa": float(env.kappa), "contact_law": env.contact_law,
+                "substeps": int(env.substeps)}
+    return {"contact": "mjx", "stiffness": cfg.stiffness, "substeps": int(env.substeps)}
+
+
 def export_run(run_dir, out_dir=None, checkpoint: str = "latest.npz") -> ExportResult:
     from motions import load_motion
 
@@ -217,7 +226,7 @@ def export_run(run_dir, out_dir=None, checkpoint: str = "latest.npz") -> ExportR
     cfg = rp.config
     motion = load_motion(cfg.motion)
     prov = {"algorithm": cfg.algo, "seed": cfg.seed, "iterations": rp.checkpoint.step,
-            "run": str(rp.run_dir), "checkpoint": rp.checkpoint.path.name}
+            "run": str(rp.run_dir), "checkpoint": rp.checkpoint.path.name, **contact_provenance(cfg)}
     return export_policy(rp.checkpoint.net_params, cfg.actor, rp.checkpoint.obs_norm, motion, prov, out_dir,
                          obs_terms=cfg.obs_terms)
 
