@@ -10,8 +10,8 @@ Written under runs/deploy/<stamp>/:
 Streaming (`StreamLog`): the control thread appends a row into a preallocated chunk buffer (CHUNK_S of
 rows, a numpy structured array laid out exactly as the CDR message: 4-byte encapsulation header + float64
 fields); a full chunk goes to a bounded queue (put_nowait: when the queue is full the chunk is dropped and
-counted, the control thread never blocks) and a writer thread turns it into one MCAP chunk (zstd), flushed
-to the file, so a run killed with SIGKILL leaves every chunk written before it readable (`read_log`
+counted, the control thread never blocks) and a writer thread turns it into one MCAP chunk (zstd;
+deploy/mcap_file.py, vectorised so that it holds the GIL for well under a millisecond), flushed to the file, so a run killed with SIGKILL leaves every chunk written before it readable (`read_log`
 stops at the torn tail). Buffers are recycled through a fixed pool: memory does not grow with the run.
 
 Why MCAP and not rerun: the `mcap` writer is pure Python (24 kB wheel; with its lz4 and zstandard wheels
@@ -41,7 +41,6 @@ QUEUE_CHUNKS = 8  # chunks waiting for the writer before new ones are dropped (a
 CDR_HEADER = b"\x00\x01\x00\x00"  # CDR, little endian: the encapsulation header of every message
 TOPICS = {"tick": "/deploy/tick", "policy": "/deploy/policy", "events": "/deploy/events"}
 PREFIX = {"tick": "", "policy": "pol_"}  # read_log's key prefix per channel (as log.npz had)
-WRITER_YIELD_EVERY, WRITER_YIELD_S = 16, 1e-4  # the writer lets go of the GIL this often (control thread first)
 EVENT_SCHEMA = {"type": "object", "properties": {"time": {"type": "number"}, "kind": {"type": "string"},
                                                  "detail": {"type": "string"}}}
 
@@ -173,24 +172,6 @@ class StreamColumns:
             self._i = 0
 
 
-class _Tell:
-    """A write-only file that counts its own position (mcap asks tell() for its indexes; a pipe cannot)."""
-
-    def __init__(self, f) -> None:
-        self.f, self.pos = f, 0
-
-    def write(self, b) -> int:
-        self.f.write(b)
-        self.pos += len(b)
-        return len(b)
-
-    def tell(self) -> int:
-        return self.pos
-
-    def flush(self) -> None:
-        self.f.flush()
-
-
 class StreamLog:
     """The run's log.mcap, written by a writer thread from a bounded queue of chunks (module docstring).
 
@@ -199,17 +180,16 @@ class StreamLog:
 
     def __init__(self, path, channels: dict[str, dict], rows: dict[str, int], queue_chunks: int = QUEUE_CHUNKS,
                  metadata: dict[str, str] | None = None) -> None:
-        from mcap.writer import CompressionType, Writer
+        from deploy.mcap_file import McapFile
 
         self.path = Path(path)
         self._f = open(self.path, "wb")
-        self._out = _Tell(self._f)
-        self._w = Writer(self._out, chunk_size=1 << 30, compression=CompressionType.ZSTD)  # chunks: ours, by flush
-        self._w.start(profile="", library="g1-bcg deploy.log (mcap)")
+        self._w = McapFile(self._f)
+        self._w.start(library="g1-bcg deploy.log")
         self._ids, self._blank, self._pool, self._seq, self._cols = {}, {}, {}, {}, {}
         for name, fields in channels.items():
-            sid = self._w.register_schema(f"g1_deploy/{name.capitalize()}", "ros2msg", ros2msg(fields).encode())
-            self._ids[name] = self._w.register_channel(TOPICS.get(name, f"/deploy/{name}"), "cdr", sid)
+            sid = self._w.schema(f"g1_deploy/{name.capitalize()}", "ros2msg", ros2msg(fields).encode())
+            self._ids[name] = self._w.channel(TOPICS.get(name, f"/deploy/{name}"), "cdr", sid)
             self._blank[name] = _blank(row_dtype(fields), rows[name])
             self._pool[name] = queue.SimpleQueue()
             for _ in range(queue_chunks + 2):  # the queue, the writer's and the control thread's: never empty
@@ -217,10 +197,12 @@ class StreamLog:
                 self._pool[name].put((b, {k: b[k] for k in fields}))
             self._seq[name] = 0
             self._cols[name] = StreamColumns(self, name, fields, rows[name])
-        sid = self._w.register_schema("g1_deploy/Event", "jsonschema", json.dumps(EVENT_SCHEMA).encode())
-        self._ids["events"] = self._w.register_channel(TOPICS["events"], "json", sid)
+        sid = self._w.schema("g1_deploy/Event", "jsonschema", json.dumps(EVENT_SCHEMA).encode())
+        self._ids["events"] = self._w.channel(TOPICS["events"], "json", sid)
+        self._seq["events"] = 0
         self.base_ns = time.time_ns()  # log_time = wall clock at the run's t = 0
-        self._w.add_metadata("deploy", {"base_time_ns": str(self.base_ns), **(metadata or {})})
+        self._w.metadata("deploy", {"base_time_ns": str(self.base_ns), **(metadata or {})})
+        self._f.flush()
         self._q: queue.Queue = queue.Queue(maxsize=queue_chunks)
         self.dropped_chunks = 0
         self._dropped: dict[str, int] = {}
@@ -249,7 +231,7 @@ class StreamLog:
         return self._dropped.get(name, 0)
 
     def bytes_written(self) -> int:
-        return self._out.pos
+        return self._w.pos
 
     def close(self, timeout: float = 60.0) -> None:
         """Flush the partial chunks, drain the queue, write the MCAP summary and close the file."""
@@ -274,26 +256,20 @@ class StreamLog:
                 self.error = f"{type(e).__name__}: {e}"
 
     def _write(self, name: str, buf, views, n: int) -> None:
-        w, cid = self._w, self._ids[name]
+        cid, seq = self._ids[name], self._seq[name]
         if name == "events":
-            t_ns = self.base_ns + int(float(buf.get("time", 0.0)) * 1e9)
-            w.add_message(cid, t_ns, json.dumps(buf, default=_json_default).encode(), t_ns, self._seq.get(name, 0))
-            self._seq[name] = self._seq.get(name, 0) + 1
-            w.flush()
+            data = json.dumps(buf, default=_json_default).encode()
+            t_ns = np.array([self.base_ns + int(float(buf.get("time", 0.0)) * 1e9)], np.int64)
+            self._w.chunk(cid, seq, t_ns, np.frombuffer(data, dtype=f"V{len(data)}"))
+            self._seq[name] = seq + 1
             return
-        try:
-            raw, size = buf[:n].tobytes(), buf.dtype.itemsize
+        try:  # numpy builds the chunk, zstd/zlib/write release the GIL: the control thread is not held up
             t_ns = self.base_ns + (np.nan_to_num(buf["t"][:n]) * 1e9).astype(np.int64)
-            seq = self._seq[name]
-            for i in range(n):
-                w.add_message(cid, int(t_ns[i]), raw[i * size:(i + 1) * size], int(t_ns[i]), seq + i)
-                if i % WRITER_YIELD_EVERY == WRITER_YIELD_EVERY - 1:
-                    time.sleep(WRITER_YIELD_S)  # hand the GIL to the control thread if it is waiting
+            self._w.chunk(cid, seq, t_ns, buf[:n])  # compressed, written and flushed to the OS
             self._seq[name] = seq + n
         finally:
             np.copyto(buf, self._blank[name])
             self._pool[name].put((buf, views))
-        w.flush()  # one MCAP chunk, compressed and handed to the OS: readable after a SIGKILL
         self.written_chunks += 1
 
 
