@@ -16,8 +16,14 @@ NET_IF ?=
 RUN ?=
 POLICY ?=
 ARGS ?=
+MINUTES ?= 60
+# The robot computer's jax-free install (make setup-deploy); `make deploy` / `make soak` run from it when it
+# is the only venv here (the robot), or when asked: make deploy VENV=.venv-deploy
+DEPLOY_VENV := .venv-deploy
+VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
+PYTHON ?= python3
 
-.PHONY: setup lint-imports test test-slow train export eval sim deploy calibrate bench clean lo-multicast
+.PHONY: setup setup-deploy lint-imports test test-slow train export eval sim deploy soak calibrate bench clean lo-multicast
 
 setup: $(STAMP)
 
@@ -31,6 +37,19 @@ $(STAMP): requirements.lock pyproject.toml
 	.venv/bin/pip install -q -r requirements.lock
 	@touch $(STAMP)
 	@echo "setup: .venv ready"
+
+# deploy + safety + policies + the sim bridge only (requirements-deploy.lock: no jax); the robot's install
+setup-deploy: $(DEPLOY_VENV)/.installed
+
+$(DEPLOY_VENV)/.installed: requirements-deploy.lock
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) (3.11) is required: see README 'Robot computer'"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
+	  echo "$(PYTHON) >= 3.11 is required; found $$($(PYTHON) -V); e.g. make setup-deploy PYTHON=python3.11"; exit 1; }
+	@test -d $(DEPLOY_VENV) || $(PYTHON) -m venv $(DEPLOY_VENV) || { \
+	  echo "$(PYTHON) -m venv failed: on Debian/Ubuntu run 'apt-get install python3-venv'"; exit 1; }
+	$(DEPLOY_VENV)/bin/pip install -q -r requirements-deploy.lock
+	@touch $@
+	@echo "setup-deploy: $(DEPLOY_VENV) ready (no jax)"
 
 # DDS on loopback needs a multicast-capable lo (cyclonedds discovery); needs root, harmless if set.
 lo-multicast:
@@ -60,8 +79,12 @@ eval: setup
 sim: setup lo-multicast
 	$(PY) -m sim $(ARGS)
 
-deploy: setup lo-multicast
-	$(PY) -m deploy.cli --robot $(ROBOT) --motion $(MOTION) $(if $(POLICY),--policy $(POLICY)) $(if $(NET_IF),--net-if $(NET_IF)) $(ARGS)
+deploy: $(VENV)/.installed lo-multicast
+	$(VENV)/bin/python -m deploy.cli --robot $(ROBOT) --motion $(MOTION) $(if $(POLICY),--policy $(POLICY)) $(if $(NET_IF),--net-if $(NET_IF)) $(ARGS)
+
+# the loop against the sim bridge in real time for MINUTES, pushes and a scripted remote: runs/soak/<stamp>/soak.json
+soak: $(VENV)/.installed lo-multicast
+	$(VENV)/bin/python -m deploy.soak --minutes $(MINUTES) $(ARGS)
 
 calibrate: setup lo-multicast
 	$(PY) -m calibration.cli --robot $(ROBOT) $(if $(NET_IF),--net-if $(NET_IF)) $(ARGS)
@@ -70,4 +93,4 @@ bench: setup lo-multicast
 	$(PY) -m bench.run $(ARGS)
 
 clean:
-	rm -rf .venv .cache .pytest_cache
+	rm -rf .venv .venv-deploy .cache .pytest_cache
