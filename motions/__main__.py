@@ -1,4 +1,4 @@
-"""python -m motions list | preview <name or path.yaml> [--out PNG]
+"""python -m motions list | preview <name or path (.yaml, .npz, .csv)> [--out PNG]
 
 `preview` prints the motion's duration, rate, frames, contact phases, flight windows and key
 numbers, and writes the preview plot (default runs/motions/<name>.png). Exit status 2 with the
@@ -22,6 +22,9 @@ def _preview(name: str, out: str | None) -> int:
         return 2
     png = plot_motion(m, out or Path("runs") / "motions" / f"{m.name}.png")
     print(f"{m.name}: {m.duration} s at {1 / m.dt:g} Hz, {m.num_steps} frames ({m.source})")
+    if m.source_fps is not None:
+        print(f"  source: {m.source_frames} frames at {m.source_fps:g} fps, resampled to {1 / m.dt:g} Hz "
+              f"({m.description})")
     for phase, t0, t1 in contact_phases(m):
         print(f"  {phase:6s} {t0:6.2f} - {t1:6.2f} s")
     print(f"  flight windows: {list(m.flight_windows)}")
@@ -36,7 +39,7 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd")
     sub.add_parser("list", help="list the available motions")
     pv = sub.add_parser("preview", help="print a motion's phases and numbers and write its preview PNG")
-    pv.add_argument("motion", help="a motion name (see list) or a path to a .yaml file")
+    pv.add_argument("motion", help="a motion name (see list) or a path to a .yaml, .npz or .csv file")
     pv.add_argument("--out", help="PNG path (default runs/motions/<motion>.png)")
     args = ap.parse_args(argv)
     if args.cmd == "preview":

@@ -1,8 +1,9 @@
 """The motion library: find, load and summarise motions.
 
-Motion files are `<name>.yaml` in this package's directory, or in $G1_MOTIONS_DIR when it is
-set, or in an explicit `root`. Loading is cached on (resolved path, mtime, dt), so an edited
-file is re-read and a loaded Motion is shared (its arrays are read-only).
+Motion files are `<name>.yaml` (keyframes) or imported clips `<name>.npz` / `<name>.csv`
+(motions.clips) in this package's directory, or in $G1_MOTIONS_DIR when it is set, or in an
+explicit `root`; a path to any of these loads too. Loading is cached on (resolved path, mtime,
+dt), so an edited file is re-read and a loaded Motion is shared (its arrays are read-only).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from motions.clip_files import CLIP_SUFFIXES
 from motions.motion import Motion, MotionError
 from motions.reference import build_motion
 from motions.schema import parse_motion
@@ -21,6 +23,7 @@ from robots.physics import GRAVITY
 
 MOTIONS_DIR = Path(__file__).resolve().parent
 MOTIONS_ENV_VAR = "G1_MOTIONS_DIR"
+MOTION_SUFFIXES = (".yaml",) + CLIP_SUFFIXES  # searched in this order for a name
 
 
 def motions_dir() -> Path:
@@ -29,21 +32,28 @@ def motions_dir() -> Path:
 
 def available_motions(root: str | os.PathLike | None = None) -> list[str]:
     root = Path(root) if root else motions_dir()
-    return sorted(p.stem for p in root.glob("*.yaml")) if root.is_dir() else []
+    if not root.is_dir():
+        return []
+    return sorted({p.stem for p in root.iterdir() if p.suffix in MOTION_SUFFIXES and p.is_file()})
 
 
 def motion_path(name: str, root: str | os.PathLike | None = None) -> Path:
     root = Path(root) if root else motions_dir()
-    p = root / f"{name}.yaml"
-    if not p.is_file():
-        raise MotionError(f"unknown motion {name!r}; available motions: {available_motions(root)} "
-                          f"(files in {root})")
-    return p
+    for suffix in MOTION_SUFFIXES:
+        p = root / f"{name}{suffix}"
+        if p.is_file():
+            return p
+    raise MotionError(f"unknown motion {name!r}; available motions: {available_motions(root)} "
+                      f"(.yaml keyframes or .npz/.csv clips in {root}; or pass a path to such a file)")
 
 
 def load_motion_file(path: str | os.PathLike, dt: float = g1.CONTROL_DT) -> Motion:
-    """The motion in the YAML file `path` (uncached); any problem is a MotionError naming the file."""
+    """The motion in the YAML or clip file `path` (uncached); any problem is a MotionError naming the file."""
     path = Path(path)
+    if path.suffix in CLIP_SUFFIXES:
+        from motions.clips import load_clip
+
+        return load_clip(path, dt)
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
@@ -60,9 +70,12 @@ def _load_cached(path: str, mtime: float, dt: float) -> Motion:
 
 
 def load_motion(name: str, root: str | os.PathLike | None = None, dt: float = g1.CONTROL_DT) -> Motion:
-    """The motion `name` from motions/ (or `root`, or $G1_MOTIONS_DIR). A path to a .yaml also works."""
-    if str(name).endswith((".yaml", ".yml")) and Path(name).is_file():
+    """The motion `name` from motions/ (or `root`, or $G1_MOTIONS_DIR). A path to a .yaml, .npz or .csv
+    file also works."""
+    if str(name).endswith((".yaml", ".yml") + CLIP_SUFFIXES):
         p = Path(name)
+        if not p.is_file():
+            raise MotionError(f"{p}: no such motion file (a name without a suffix is looked up in {motions_dir()})")
     else:
         p = motion_path(str(name), root)
     return _load_cached(str(p.resolve()), p.stat().st_mtime, dt)
@@ -82,8 +95,19 @@ def hold_pose_motion(num_steps: int, name: str = "stand") -> Motion:
 
 
 def contact_phases(m: Motion) -> list[tuple[str, float, float]]:
-    """(phase, t_start, t_end) runs of "stance" / "flight" covering [0, duration], from the keyframe
-    times of the flight windows (both feet share the phase: flights are two-footed)."""
+    """(phase, t_start, t_end) runs covering [0, duration]. Keyframe motions: "stance" / "flight" from
+    the keyframe times of the flight windows (both feet share the phase: flights are two-footed).
+    Imported clips: runs of the FK contact labels, "stance" (both feet), "left" / "right" (that foot
+    only), "flight"; a run ends where the next begins."""
+    if m.source_fps is not None and m.contact is not None:
+        c = np.asarray(m.contact, bool)
+        labels = np.where(c[:, 0] & c[:, 1], "stance", np.where(c[:, 0], "left", np.where(c[:, 1], "right", "flight")))
+        t, out, k0 = m.times, [], 0
+        for k in range(1, len(labels) + 1):
+            if k == len(labels) or labels[k] != labels[k0]:
+                out.append((str(labels[k0]), round(float(t[k0]), 9), round(float(t[min(k, len(t) - 1)]), 9)))
+                k0 = k
+        return out
     out, t = [], 0.0
     for t0, t1 in m.flight_windows:
         if t0 > t:

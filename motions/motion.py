@@ -25,8 +25,8 @@ def field_error(path, field: str, msg: str) -> MotionError:
 class Motion:
     """A reference trajectory at `dt` from t = 0 to `duration` inclusive (T = round(duration/dt) + 1).
 
-    Arrays are read-only. World frame: x forward, z up; the pelvis stays upright (identity
-    orientation) and at y = 0.
+    Arrays are read-only. World frame: x forward, z up. Keyframe motions keep the pelvis upright
+    (identity orientation) and at y = 0; imported clips (motions.clips) carry `ref_base_quat` and y.
     """
 
     name: str
@@ -47,6 +47,9 @@ class Motion:
     flight_windows: tuple[tuple[float, float], ...] = ()  # (take-off, touch-down) times, s
     takeoff_heights: tuple[float, ...] = ()  # pelvis height at each take-off, m
     takeoff_vz: tuple[float, ...] = ()  # vertical pelvis velocity at each take-off, m/s
+    ref_base_quat: np.ndarray | None = None  # (T, 4) pelvis orientation w, x, y, z (imported clips); None = upright
+    source_fps: float | None = None  # frame rate of the source file (imported clips); None = keyframes
+    source_frames: int | None = None  # frames in the source file (imported clips)
 
     @property
     def num_steps(self) -> int:
