@@ -13,6 +13,7 @@ import mujoco
 import numpy as np
 
 from eval.config import EvalConfig, EvalError
+from eval.measures import MotionMeter
 from eval.sim import EvalSim
 from eval.video import render_frame
 from policies.runtime import PolicyRuntime
@@ -45,6 +46,7 @@ def run_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, 
     sim.reset()
     runtime.reset()
     m, d = sim.m, sim.d
+    meter = MotionMeter(m, sim.floor, [m.body(n).id for n in g1.FOOT_BODIES], float(d.qpos[0]))
     kp = np.asarray(spec.kp) * dr["kp_scale"]
     kd = np.asarray(spec.kd) * dr["kd_scale"]
     dt = runtime.control_dt
@@ -84,12 +86,14 @@ def run_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, 
         in_flight = any(t0 - cfg.flight_margin_s <= t <= t1 + cfg.flight_margin_s for t0, t1 in flights)
         for s in range(decim):
             ts = t + s * m.opt.timestep
-            d.ctrl[:] = pd_torque(target, d.qpos[sim.qadr], d.qvel[sim.dadr], kp, kd, tau_max=g1.TORQUE_LIMIT)
+            tau = pd_torque(target, d.qpos[sim.qadr], d.qvel[sim.dadr], kp, kd)  # demanded; the drive clips it
+            d.ctrl[:] = np.clip(tau, -g1.TORQUE_LIMIT, g1.TORQUE_LIMIT)
             d.xfrc_applied[sim.pelvis, :3] = 0.0
             for t0, t1, f in pushes:
                 if t0 <= ts < t1:
                     d.xfrc_applied[sim.pelvis, :3] += f
             mujoco.mj_step(m, d)
+            meter.step(d, tau, float(d.qpos[2]))
             pen, fz, fpen = sim.floor_contacts()
             pen_max = max(pen_max, pen)
             load_pen, load = load_pen + fpen, load + fz
@@ -119,6 +123,7 @@ def run_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, 
         "stance_penetration_mm": load_pen / load * 1000 if load > 0 else None,
         "stood_at_end": bool(stood),
         "final_pelvis_height_m": z,
+        **meter.result(None if fell else float(d.qpos[0])),
         "dr": {k: (v if not isinstance(v, np.ndarray) else [round(float(x), 4) for x in v]) for k, v in dr.items()},
         "log": {k: np.asarray(v) for k, v in log.items()},
         "frames": frames,

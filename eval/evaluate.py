@@ -1,8 +1,9 @@
 """Episodes -> runs/eval/<motion>/<stamp>/eval.json (+ eval.png, episode0.gif when a renderer works).
 
 eval.json's keys are stable (DESIGN.md): episodes, falls, stood_at_end, apex_foot_clearance_m
-{mean, min}, tracking_error_cm, penetration_mm, landing_impact_bw, config, definitions,
-per_episode, ... The return code of the CLI is 0 even with falls.
+{mean, min}, tracking_error_cm, penetration_mm, landing_impact_bw, flight_time_s {mean, min},
+pelvis_apex_rise_m {mean, min}, forward_displacement_m {mean, min, max}, peak_torque_ratio
+{legs, waist, arms: {mean, max}} (eval.measures), config, definitions, per_episode, ... The return code of the CLI is 0 even with falls.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import numpy as np
 from eval import report
 from eval.config import EVAL_ROOT, EvalConfig, EvalError
 from eval.episode import run_episode
+from eval.measures import motion_stats
 from eval.sim import EvalSim, reference_key_positions
 from eval.video import open_renderer, write_gif
 from motions import MotionError, load_motion
@@ -104,6 +106,7 @@ def evaluate(motion: str, cfg: EvalConfig = EvalConfig(), artifact_root: Path | 
         "penetration_mm_mean": None if pen is None else pen["mean"],
         "stance_penetration_mm": None if stance_pen is None else stance_pen["mean"],
         "landing_impact_bw": None if impact is None else {"mean": impact["mean"], "max": impact["max"]},
+        **motion_stats(results),
         "seconds_per_episode": float(np.mean(t_eps)) if t_eps else None,
         # the fall criterion is robots.physics' one (not configurable here); recorded beside the settings
         "config": report.jsonable({**dataclasses.asdict(cfg), "fall_height_m": FALL_HEIGHT_M,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from eval.measures import DEFINITIONS as MOTION_DEFINITIONS
 from robots.physics import FALL_DEFINITION
 
 
@@ -30,6 +31,7 @@ def definitions(flight_margin_s: float) -> dict:
         "landing_impact_bw": "peak total robot-floor normal force (10 ms mean) / body weight, from 0.1 s before "
                              "the last reference touch-down to 0.5 s after (no flight: after a 0.2 s settle)",
         "stood_at_end": "episodes ending upright at 0.785 +- 0.05 m, still (< 0.2 m/s), not fallen",
+        **MOTION_DEFINITIONS,
     }
 
 
@@ -96,4 +98,18 @@ def format_table(summary: dict) -> str:
         + ("n/a (no flight)" if c is None else f"mean {c['mean'] * 100:.1f} cm / min {c['min'] * 100:.1f} cm")
         + f", tracking error {f(summary['tracking_error_cm'])} cm, penetration max {f(summary['penetration_mm'])} mm, "
         f"{summary['seconds_per_episode']:.1f} s/episode")
+    rows.append(format_motion_line(summary))
     return "\n".join(rows)
+
+
+def format_motion_line(summary: dict) -> str:
+    """The dynamic-motion figures (eval.measures) in one line; '-' where a key is absent."""
+    def st(key, scale, unit, fields=("mean", "min")):
+        v = summary.get(key)
+        return "-" if not v else " / ".join(f"{v[k] * scale:.{2 if scale == 1 else 1}f}" for k in fields) + unit
+
+    tau = summary.get("peak_torque_ratio") or {}
+    taus = ", ".join(f"{g} {v['max']:.2f}" for g, v in tau.items() if v)
+    return (f"flight mean/min {st('flight_time_s', 1, ' s')}, pelvis apex rise mean/min "
+            f"{st('pelvis_apex_rise_m', 100, ' cm')}, forward displacement mean/min "
+            f"{st('forward_displacement_m', 100, ' cm')}, peak |tau|/limit (max over episodes) {taus or '-'}")
