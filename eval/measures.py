@@ -2,8 +2,8 @@
 accumulated per physics step by `MotionMeter` and summarised over episodes by `motion_stats`.
 
 Definitions (also in eval.json's "definitions"):
-- flight_time_s: the longest run of physics steps in which no geom of either foot body touches the
-  floor (the bridge model's contacts), s.
+- flight_time_s: the longest run of physics steps in which no robot geom touches the floor (the
+  bridge model's contacts: both feet off, and nothing else down, so a fall is not a flight), s.
 - pelvis_apex_rise_m: max pelvis height over the episode minus the standing height 0.785 m.
 - forward_displacement_m: pelvis x when the episode ends (standing in the landed stance) minus
   pelvis x when it starts (standing in the take-off stance); None when the episode fell.
@@ -45,9 +45,14 @@ class MotionMeter:
             on[feet[feet >= 0]] = True
         return on
 
+    def airborne(self, d) -> bool:
+        """No contact involves the floor now."""
+        n = d.ncon
+        return not (n and ((d.contact.geom1[:n] == self.floor) | (d.contact.geom2[:n] == self.floor)).any())
+
     def step(self, d, tau_demand: np.ndarray, pelvis_z: float) -> None:
         """After each physics step: contacts, pelvis height, the PD torque the drives were asked for."""
-        if self.feet_on_floor(d).any():
+        if not self.airborne(d):
             self.run = 0
         else:
             self.run += 1
@@ -84,8 +89,8 @@ def motion_stats(results: list[dict]) -> dict:
 
 
 DEFINITIONS = {
-    "flight_time_s": "longest time with no geom of either foot body touching the floor (bridge model contacts), "
-                     "per episode; mean and min over episodes",
+    "flight_time_s": "longest time with no robot geom touching the floor (bridge model contacts: both feet off, "
+                     "nothing else down), per episode; mean and min over episodes",
     "pelvis_apex_rise_m": "max pelvis height over the episode minus the standing height 0.785 m; mean and min",
     "forward_displacement_m": "pelvis x at the episode's end (landed stance, after HOLD) minus at its start "
                               "(take-off stance); fallen episodes excluded; mean, min, max",
