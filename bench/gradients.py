@@ -20,10 +20,12 @@ reference, the relative bias and cosine of each estimator's mean, projected on R
 random orthonormal directions. Reference: central differences (step REF_H) of the batch-mean
 return along those directions with common random numbers, averaged over REF_SEEDS seeds (its
 own relative standard error is reported: a bias below it is not resolved).
-Stiffness is the solref time constant of foot-floor contact (robots/model.py), changed per
-env through EnvParams, so one compile serves all settings.
+Stiffness is one knob per contact model, changed per env through EnvParams, so one compile serves
+all settings of a model: `--contact mjx` (MJX's constraint contact, the solref time constant of
+robots/model.py: soft / medium / stiff) or `--contact sigmoid` (the seed's sigmoid-activated contact
+of train/contact.py at a 300 Hz substep, sharpness k = 50 / 100 / 300 1/m; the paper trains at 300).
 
-    python -m bench.gradients [--batches 16 64] [--seeds 12] [--horizon 8]
+    python -m bench.gradients [--contact mjx|sigmoid] [--batches 16 64] [--seeds 12] [--horizon 8]
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ from robots import g1
 from robots.model import STIFFNESS_TIMECONST
 from train import domain_rand as DR
 from train.bcg import BCGConfig, num_slots
+from train.cli import SIGMOID_SUBSTEPS
 from train.env import EnvConfig, G1Env
 from motions import hold_pose_motion
 from train.rollout import rollout
@@ -51,14 +54,24 @@ REF_DIRS = 8  # = ZO_PAIRS: the reference reuses the compiled batched-returns fu
 REF_H = 0.02
 REF_SEEDS = 48
 STIFFNESSES = ("soft", "medium", "stiff")
+# contact model -> (EnvParams field of its knob, {setting name: value}), softest first
+SETTINGS = {
+    "mjx": ("contact_timeconst", dict(STIFFNESS_TIMECONST)),
+    "sigmoid": ("contact_kappa", {"k50": 50.0, "k100": 100.0, "k300": 300.0}),
+}
 
 
 class Problem:
-    def __init__(self, num_envs: int, bcg: dict[str, BCGConfig], horizon: int = HORIZON):
+    def __init__(self, num_envs: int, bcg: dict[str, BCGConfig], horizon: int = HORIZON, contact: str = "mjx"):
         self.N = num_envs
         self.horizon = horizon
         self.bcg = bcg
-        self.env = env = G1Env(EnvConfig(domain_rand=DR.DomainRandConfig.off(), obs_noise=0.0), hold_pose_motion(horizon + 8, "hold"))
+        self.contact = contact
+        self.knob, self.settings = SETTINGS[contact]
+        env_kw = dict(contact="sigmoid", substeps=SIGMOID_SUBSTEPS) if contact == "sigmoid" else {}
+        self.env = env = G1Env(EnvConfig(domain_rand=DR.DomainRandConfig.off(), obs_noise=0.0, **env_kw),
+                               hold_pose_motion(horizon + 8, "hold"))
+        knob = self.knob
         w0 = 0.01 * jax.random.normal(jax.random.PRNGKey(42), (env.observation_size, g1.NUM_MOTORS))
 
         def policy(theta, obs, rng):
@@ -70,7 +83,7 @@ class Problem:
             drop = jax.random.uniform(k_drop, (num_envs,), minval=0.0, maxval=0.01)
             vz = jax.random.uniform(k_vz, (num_envs,), minval=-0.5, maxval=-0.2)
             data = s.data.replace(qpos=s.data.qpos.at[:, 2].add(drop), qvel=s.data.qvel.at[:, 2].set(vz))
-            dr = s.dr.replace(contact_timeconst=jnp.full(num_envs, timeconst, s.dr.contact_timeconst.dtype))
+            dr = s.dr.replace(**{knob: jnp.full(num_envs, timeconst, getattr(s.dr, knob).dtype)})
             return s.replace(data=data, dr=dr), k_roll
 
         def ret(theta, seed, timeconst, cfg):
@@ -114,16 +127,17 @@ def _compile_time(fn, *args):
     return time.perf_counter() - t
 
 
-def gradient_quality(pb: Problem, seeds: int, stiffnesses=STIFFNESSES) -> dict:
+def gradient_quality(pb: Problem, seeds: int, stiffnesses=None) -> dict:
     out: dict = {}
-    tc0 = STIFFNESS_TIMECONST["stiff"]
+    stiffnesses = tuple(pb.settings) if stiffnesses is None else stiffnesses
+    tc0 = pb.settings[stiffnesses[-1]]
     for k, fn in pb.grads.items():
         out[f"compile_s_grad_{k}"] = _compile_time(fn, pb.theta, 0, tc0)
     out["compile_s_returns"] = _compile_time(pb.zo, 0, tc0, jax.random.PRNGKey(0))
     names = list(pb.grads) + ["zo"]
     times = {k: [] for k in names}
     for stiff in stiffnesses:
-        tc = STIFFNESS_TIMECONST[stiff]
+        tc = pb.settings[stiff]
         est = {k: [] for k in names}
         bundled = {k: [] for k in pb.bcg}
         for sd in range(seeds):
@@ -159,7 +173,7 @@ def gradient_quality(pb: Problem, seeds: int, stiffnesses=STIFFNESSES) -> dict:
 
 def throughput(pb: Problem, repeats: int = 3) -> dict:
     """Env-steps/s with gradients (nominal control steps per second of a batched grad call)."""
-    tc = STIFFNESS_TIMECONST["stiff"]
+    tc = list(pb.settings.values())[-1]  # the stiffest setting
     out, t = {}, {}
     for k, fn in pb.grads.items():
         _, t[k] = _timed(fn, pb.theta, 7, tc, repeats=repeats)
@@ -171,19 +185,20 @@ def throughput(pb: Problem, repeats: int = 3) -> dict:
 
 
 def run(batches: tuple[int, ...] = (16,), seeds: int = 12, horizon: int = HORIZON, with_all: bool = True,
-        stiffnesses: tuple[str, ...] = STIFFNESSES) -> dict:
+        stiffnesses: tuple[str, ...] | None = None, contact: str = "mjx") -> dict:
     cfg = BCGConfig()  # published: B = 10, H = 2, sigma_p = 1 cm, sigma_v = 2 cm/s, tau = 400 N
     n0 = batches[0]
     variants = {"bcg": cfg}
     if with_all:
         variants["bcg_all"] = cfg.replace(max_bundled_envs=n0)
-    pb = Problem(n0, variants, horizon)
-    out = {"grad_bench_num_envs": n0, "grad_bench_horizon": horizon, "grad_bench_seeds": seeds,
+    pb = Problem(n0, variants, horizon, contact)
+    stiffnesses = tuple(pb.settings) if stiffnesses is None else stiffnesses
+    out = {"grad_bench_contact": contact, "grad_bench_num_envs": n0, "grad_bench_horizon": horizon, "grad_bench_seeds": seeds,
            "bcg_branches": cfg.branches, "bcg_horizon": cfg.horizon, "zo_pairs": ZO_PAIRS}
     out.update(gradient_quality(pb, seeds, stiffnesses))
     out.update(throughput(pb))
     for n in batches[1:]:
-        out.update(throughput(Problem(n, {"bcg": cfg}, horizon)))
+        out.update(throughput(Problem(n, {"bcg": cfg}, horizon, contact)))
     # the keys DESIGN.md names: default BCG (budgeted) at the stiffest setting, value+grad of a
     # batched short-horizon return as the "training-like iteration" (critic updates excluded)
     out["bcg_grad_variance_ratio"] = out[f"bcg_grad_variance_ratio_{stiffnesses[-1]}"]
@@ -197,10 +212,13 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, default=12)
     p.add_argument("--horizon", type=int, default=HORIZON)
     p.add_argument("--no-all", action="store_true", help="skip the unbudgeted BCG variant (one compile less)")
-    p.add_argument("--stiffness", nargs="+", default=list(STIFFNESSES), choices=STIFFNESSES,
-                   help="settings to sweep, stiffest last (its ratio is bcg_grad_variance_ratio)")
+    p.add_argument("--contact", default="mjx", choices=list(SETTINGS))
+    p.add_argument("--stiffness", nargs="+", default=None,
+                   help="settings to sweep, stiffest last (its ratio is bcg_grad_variance_ratio): "
+                        + "; ".join(f"{c}: {' '.join(s)}" for c, (_, s) in SETTINGS.items()))
     ns = p.parse_args(argv)
-    res = run(tuple(ns.batches), ns.seeds, ns.horizon, not ns.no_all, tuple(ns.stiffness))
+    res = run(tuple(ns.batches), ns.seeds, ns.horizon, not ns.no_all, None if ns.stiffness is None else tuple(ns.stiffness),
+              ns.contact)
     print(json.dumps(res, indent=1, sort_keys=True))
     return 0
 

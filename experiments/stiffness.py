@@ -213,7 +213,7 @@ def write_bcg_vs_shac(bcg: dict, plain: dict) -> None:
         wall = np.cumsum(np.where(segment_start, 0.0, m["iter_s"]))
         curves[label] = {"iteration": m["iteration"].tolist(), "wall_s": wall.tolist(), "reward": m["reward"].tolist(),
                          "falls": m["falls"].tolist()}
-        k = 20
+        k = max(1, min(20, len(wall)))
         smooth = lambda x: np.convolve(x, np.ones(k) / k, mode="valid")  # noqa: E731
         a1.plot(wall[k - 1:], smooth(m["reward"]), c, label=label)
         a2.plot(wall[k - 1:], smooth(m["falls"]), c, label=label)
