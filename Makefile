@@ -23,7 +23,7 @@ DEPLOY_VENV := .venv-deploy
 VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
 PYTHON ?= python3
 
-.PHONY: setup setup-deploy lint-imports test test-slow train export eval sim deploy soak calibrate bench clean lo-multicast
+.PHONY: setup setup-deploy lint-imports test test-slow stiffness-transfer train export eval sim deploy soak calibrate bench clean lo-multicast
 
 setup: $(STAMP)
 
@@ -88,6 +88,11 @@ soak: $(VENV)/.installed lo-multicast
 
 calibrate: setup lo-multicast
 	$(PY) -m calibration.cli --robot $(ROBOT) $(if $(NET_IF),--net-if $(NET_IF)) $(ARGS)
+
+# The seed's contact-stiffness experiment: trainings one after another (~1 h on this CPU), then eval;
+# writes results/stiffness_transfer.json and results/bcg_vs_shac.json (rows already there are kept).
+stiffness-transfer: setup
+	$(PY) -m experiments.stiffness $(ARGS)
 
 bench: setup lo-multicast
 	$(PY) -m bench.run $(ARGS)
