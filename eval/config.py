@@ -39,5 +39,5 @@ class EvalConfig:
     flight_margin_s: float = 0.1
     dr: DRConfig = DRConfig()
     video: bool = True
-    video_fps: float = 10.0
-    video_size: tuple[int, int] = (320, 240)
+    video_fps: float = 25.0  # >= 25 to see a 0.3 s flight (eval.video)
+    video_size: tuple[int, int] = (640, 480)

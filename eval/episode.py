@@ -62,7 +62,7 @@ def run_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, 
     sole_max_in_flight = np.full(2, -np.inf)
     track = []
     log = {"t": [], "pelvis_z": [], "sole": [], "action": [], "target": []}
-    frames = []
+    frames, frame_t = [], []
     next_frame_t = 0.0
     for k in range(n_policy + n_hold):
         t = k * dt
@@ -101,8 +101,9 @@ def run_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, 
             force_t.append(ts)
             if in_flight:
                 sole_max_in_flight = np.maximum(sole_max_in_flight, sim.sole_heights())
-        if renderer is not None and t >= next_frame_t:
-            frames.append(render_frame(renderer, sim))
+        if renderer is not None and t >= next_frame_t - 1e-9:  # the state after step k's physics, at t + dt
+            frames.append(render_frame(renderer, sim, k + 1))
+            frame_t.append(t + dt)
             next_frame_t += 1.0 / cfg.video_fps
     d.xfrc_applied[:] = 0
     q, dq, gyro, quat, vel_b, z = sim.state()
@@ -127,4 +128,5 @@ def run_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, 
         "dr": {k: (v if not isinstance(v, np.ndarray) else [round(float(x), 4) for x in v]) for k, v in dr.items()},
         "log": {k: np.asarray(v) for k, v in log.items()},
         "frames": frames,
+        "frame_times": frame_t,
     }

@@ -22,7 +22,7 @@ from eval.config import EVAL_ROOT, EvalConfig, EvalError
 from eval.episode import run_episode
 from eval.measures import motion_stats
 from eval.sim import EvalSim, reference_key_positions
-from eval.video import open_renderer, write_gif
+from eval.video import key_times, open_video, write_gif, write_strip
 from motions import MotionError, load_motion
 from policies import artifact as A
 from policies.runtime import PolicyRuntime
@@ -68,7 +68,8 @@ def evaluate(motion: str, cfg: EvalConfig = EvalConfig(), artifact_root: Path | 
     runtime = PolicyRuntime(art, hold_blend_s=cfg.hold_blend_s)
     out = Path(out_root) / motion / _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     out.mkdir(parents=True, exist_ok=True)
-    renderer = open_renderer(sim, cfg.video_size) if cfg.video else None
+    quat = getattr(ref_motion, "ref_base_quat", None) if ref_motion is not None else None
+    renderer = open_video(sim, cfg.video_size, np.asarray(art.ref_q, float), base, quat) if cfg.video else None
     results, t_eps = [], []
     try:
         from tqdm import tqdm
@@ -83,9 +84,11 @@ def evaluate(motion: str, cfg: EvalConfig = EvalConfig(), artifact_root: Path | 
     finally:
         if renderer is not None:
             renderer.close()
-    video = None
+    video = strip = None
     if results and results[0]["frames"]:
         video = write_gif(results[0]["frames"], out / "episode0.gif", cfg.video_fps)
+        keys = key_times(np.asarray(art.ref_height, float), art.spec.control_dt, flights, runtime.duration)
+        strip = write_strip(results[0]["frames"], results[0]["frame_times"], keys, out / "episode0_keyframes.png")
     plot = report.plot(results, art, ref_motion, out / "eval.png")
     clear = report.summary_stats([r["apex_foot_clearance_m"] for r in results])
     track = report.summary_stats([r["tracking_error_cm"] for r in results])
@@ -114,7 +117,8 @@ def evaluate(motion: str, cfg: EvalConfig = EvalConfig(), artifact_root: Path | 
         "definitions": report.definitions(cfg.flight_margin_s),
         "plot": str(plot),
         "video": str(video) if video else None,
-        "per_episode": [{k: v for k, v in r.items() if k not in ("log", "frames")} for r in results],
+        "video_keyframes": str(strip) if strip else None,
+        "per_episode": [{k: v for k, v in r.items() if k not in ("log", "frames", "frame_times")} for r in results],
     }
     (out / "eval.json").write_text(json.dumps(report.jsonable(summary), indent=2))
     return summary, out

@@ -3,6 +3,10 @@ import os
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".cache", "jax"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+if "MUJOCO_GL" not in os.environ:  # as eval/__init__.py, before any test module imports mujoco (eval videos)
+    import ctypes.util
+
+    os.environ["MUJOCO_GL"] = "osmesa" if ctypes.util.find_library("OSMesa") else "egl"
 
 
 import pytest  # noqa: E402

@@ -57,7 +57,7 @@ def test_reference_fk_matches_stance(tmp_path):
 
 
 def test_video_or_notice(tmp_path, capsys):
-    cfg = EvalConfig(episodes=1, duration_s=0.2, hold_s=0.0, video=True, video_fps=10)
+    cfg = EvalConfig(episodes=1, duration_s=0.2, hold_s=0.0, video=True)  # 25 fps, 640x480 by default
     summary, out = EV.evaluate("stand", cfg, out_root=tmp_path, progress=False)
     if summary["video"] is None:
         assert "skipping the video" in capsys.readouterr().out
@@ -65,7 +65,7 @@ def test_video_or_notice(tmp_path, capsys):
         from PIL import Image
 
         with Image.open(summary["video"]) as im:
-            assert im.n_frames >= 2 and im.size == (320, 240)
+            assert im.n_frames >= 5 and im.size == (640, 480)  # 25 fps x 0.2 s
 
 
 def test_committed_jump_policy_lands_and_stands_in_randomised_c_mujoco(tmp_path):
