@@ -3,12 +3,16 @@
 `run()` (the `make bench` entry) starts a sim bridge, runs the deploy loop as `make deploy ROBOT=sim`
 does (its own process, --auto, stand policy or --motion) and reads its summary:
   deploy_compute_ms_p50/p99          per policy tick: estimator + observation + ONNX + safety
-  deploy_estimator_ms_p50, deploy_policy_ms_p50 (observation + ONNX), deploy_safety_ms_p50
+  deploy_estimator_ms_p50/p99, deploy_policy_ms_p50/p99 (observation + ONNX), deploy_safety_ms_p50/p99
   deploy_stream_period_error_p50/p99 |LowCmd send interval - 2 ms| / 2 ms over the whole run
   deploy_deadline_misses, deploy_ticks, deploy_max_lateness_ms
 then a second run in which the virtual remote presses Select during POLICY:
   deploy_estop_to_damping_ms         press sent (this process) -> first damping LowCmd heard here
   deploy_estop_internal_ms           LowState carrying the press received -> damping sent (loop log)
+and a third dry run (the jump) under CPU contention: two busy processes (one per core here) at normal
+priority while the loop runs at SCHED_FIFO (root here; rtprio on the robot, README "Robot computer"):
+  deploy_contention_stream_period_error_p50/p99, deploy_contention_deadline_misses,
+  deploy_contention_safety_events (a stale-state trip would show here), deploy_contention_compute_ms_p99
 
     python -m bench.deploy [--motion stand]
 """
@@ -24,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from comm import dds
+from deploy.log import read_log
 
 T_POLICY = 3.5  # s from the first position command to POLICY (deploy.state_machine.AutoScript defaults)
 
@@ -83,12 +88,16 @@ def run(motion: str = "stand") -> dict:
             s = _summary(_cli(domain, tmp, motion))
             if s["final_state"] != "HOLD" or s["safety_events"]:
                 raise RuntimeError(f"dry run did not finish cleanly: {s['final_state']} {s['safety_events']}")
-            log = np.load(Path(s["run_dir"]) / "log.npz")
+            log = read_log(s["run_dir"])
             out.update({
                 "deploy_compute_ms_p50": s["compute_ms_p50"], "deploy_compute_ms_p99": s["compute_ms_p99"],
                 "deploy_estimator_ms_p50": float(np.median(log["pol_est_ms"])),
                 "deploy_policy_ms_p50": float(np.median(log["pol_policy_ms"])),
                 "deploy_safety_ms_p50": float(np.median(log["pol_safety_ms"])),
+                "deploy_estimator_ms_p99": float(np.percentile(log["pol_est_ms"], 99)),
+                "deploy_policy_ms_p99": float(np.percentile(log["pol_policy_ms"], 99)),
+                "deploy_safety_ms_p99": float(np.percentile(log["pol_safety_ms"], 99)),
+                "deploy_compute_target_ms_p99": 0.3,  # issue 16's target for deploy_compute_ms_p99
                 "deploy_tick_work_ms_p50": float(np.percentile(log["work_ms"], 50)),
                 "deploy_tick_work_ms_p99": float(np.percentile(log["work_ms"], 99)),
                 "deploy_stream_period_error_p50": s["stream_period_error_p50"],
@@ -111,10 +120,41 @@ def run(motion: str = "stand") -> dict:
                                    f"(states {s2['states_visited']})")
             out["deploy_estop_to_damping_ms"] = (t_d - t0) * 1e3
             out["deploy_estop_internal_ms"] = (s2["estop_to_damping_s"] or float("nan")) * 1e3
+            # 3. contention: two busy processes while the dry run runs (the trained jump: the zero-action stand
+            # policy is not statically stable on the bridge model and, slowed by contention, tips over)
+            sim.reset()
+            out.update(contention_run(lambda: _summary(_cli(domain, tmp, CONTENTION_MOTION))))
         finally:
             obs.close()
             sim.close()
     return out
+
+
+BUSY = "import time\nwhile True:\n    pass\n"
+CONTENTION_MOTION = "jump"
+
+
+def contention_run(dry_run, busy: int = 2) -> dict:
+    """`dry_run()` -> summary, with `busy` spinning processes (SCHED_OTHER) beside it."""
+    import subprocess
+    import sys
+
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(busy)]
+    try:
+        time.sleep(0.5)
+        s = dry_run()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    return {"deploy_contention_busy_processes": busy,
+            "deploy_contention_stream_period_error_p50": s["stream_period_error_p50"],
+            "deploy_contention_stream_period_error_p99": s["stream_period_error_p99"],
+            "deploy_contention_deadline_misses": s["deadline_misses"],
+            "deploy_contention_safety_events": len(s["safety_events"]),
+            "deploy_contention_final_state": s["final_state"],
+            "deploy_contention_compute_ms_p99": s["compute_ms_p99"],
+            "deploy_contention_max_lateness_ms": s["max_lateness_ms"]}
 
 
 def _wait(pred, timeout: float):

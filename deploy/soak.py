@@ -208,7 +208,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="parent of <stamp>/soak.json (default runs/soak)")
     a = p.parse_args(argv)
     s = run(a.minutes, a.motion, a.push_every_s, a.push_n, domain=a.domain, out_root=a.out)
-    for m in s["per_minute"]:
+    for m in (m for m in s["per_minute"] if m["complete"]):
         print(f"  minute {m['minute']:3d}: ticks {m['ticks']:6d}  misses {m['deadline_misses']:3d}  "
               f"period error p99 {m['stream_period_error_p99']:.3f}  max lateness {m['max_lateness_ms']:.2f} ms")
     print(f"[soak] {s['minutes']:g} min, {s['motions']} motions, {s['pushes']} pushes: final {s['final_state']}, "

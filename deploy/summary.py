@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 # what the summary reads back from the log at full rate (t, sent, lateness, work: timing; the rest: ground truth)
 SUMMARY_TICK_FIELDS = ("t", "sent", "lateness", "work_ms", "state", "tick", "new", "est_vel", "est_height")
+SUMMARY_POLICY_FIELDS = ("t", "step", "est_ms", "policy_ms", "safety_ms", "compute_ms")
 PLOT_TICK_FIELDS = ("t", "q", "cmd_q", "cmd_kp", "cmd_kd", "quat", "state")
 PLOT_ROWS = 50_000
 
@@ -31,7 +32,8 @@ def write_results(loop: ControlLoop, final_state: str, end_t: float) -> dict:
     if loop.log is not None:  # run(): close the stream, then everything below is read back from the file
         run_dir = loop.run_dir
         loop.log.close()
-        ticks = read_log(run_dir / LOG_FILE, fields={"tick": list(SUMMARY_TICK_FIELDS), "policy": None})
+        ticks = read_log(run_dir / LOG_FILE, fields={"tick": list(SUMMARY_TICK_FIELDS),
+                                                      "policy": list(SUMMARY_POLICY_FIELDS)})
         pol = {k[len("pol_"):]: v for k, v in ticks.items() if k.startswith("pol_")}
         log_info = {"log_file": str(run_dir / LOG_FILE), "log_bytes": loop.log.bytes_written(),
                     "log_chunks": loop.log.written_chunks, "log_dropped_chunks": loop.log.dropped_chunks,

@@ -40,3 +40,31 @@ def test_two_minute_soak(tmp_path):
           f"{s['rss_growth_after_warmup_mb']:.2f} MB), misses per minute {[m['deadline_misses'] for m in full]}, "
           f"period error p99 per minute {[round(m['stream_period_error_p99'], 3) for m in full]}, "
           f"log {s['log_bytes'] / 1e6:.1f} MB")
+
+
+def test_stream_holds_under_two_busy_processes(tmp_path):
+    """Two spinning processes (one per core of this machine) beside the jump dry run: at SCHED_FIFO the
+    500 Hz stream keeps its period (bench.deploy measures p99 <= 0.1 of 2 ms; bound here 0.2 for the
+    background load of a shared machine) and no stale-state trip: the run ends in HOLD."""
+    import os
+
+    from bench.deploy import contention_run
+    from tests.test_deploy_support import run_cli, summary_of
+
+    if os.geteuid() != 0:
+        pytest.skip("SCHED_FIFO needs root (or rtprio limits) here")
+    got = {}
+
+    def dry_run():
+        r = run_cli("--robot", "sim", "--motion", "jump", "--domain", 69, "--run-root", tmp_path, "--no-plot",
+                    timeout=180)
+        got["s"] = summary_of(r.stdout)
+        return got["s"]
+
+    out = contention_run(dry_run)
+    s = got["s"]
+    print(f"contention: stream period error p50/p99 {s['stream_period_error_p50']:.3f}/"
+          f"{s['stream_period_error_p99']:.3f}, misses {s['deadline_misses']}, {s['scheduling']}")
+    assert s["scheduling"].startswith("SCHED_FIFO")
+    assert s["safety_events"] == [] and s["final_state"] == "HOLD", s["safety_events"]
+    assert out["deploy_contention_stream_period_error_p99"] < 0.2
