@@ -47,6 +47,14 @@ from deploy.kinematics import G1LegKinematics
 from robots import g1
 from robots.physics import GRAVITY
 
+try:  # the LAPACK gesv gufunc np.linalg.solve wraps: same result, without ~15 us of argument checks per call
+    from numpy.linalg import _umath_linalg as _ul
+
+    def _solve(a, b):
+        return _ul.solve(a, b, signature="dd->d")
+except (ImportError, AttributeError):  # pragma: no cover - another numpy layout
+    _solve = np.linalg.solve
+
 
 def _quat_to_mat(quat) -> np.ndarray:
     w, x, y, z = quat.tolist()
@@ -211,7 +219,7 @@ class Estimator:
         J = np.concatenate([k.jac_pos, k.jac_rot], axis=1)  # (2, 6, 6) pelvis frame
         Jt = J.transpose(0, 2, 1)
         # W = -J^-T tau, damped against the straight-knee singularity.
-        y = np.linalg.solve(Jt @ J + 1e-6 * _EYE6, tau[:_NLEG].reshape(2, 6, 1))
+        y = _solve(Jt @ J + 1e-6 * _EYE6, tau[:_NLEG].reshape(2, 6, 1))
         W = -(J @ y)[:, :3, 0]  # (2, 3) force on each foot, pelvis frame
         return W @ R[2]
 
@@ -347,7 +355,8 @@ class Estimator:
             #   0 = v + R (w x r + J dq + (Jr dq) x (c - site))
             dq2 = dq[:_NLEG].reshape(2, 6, 1)
             v_rel = (k.jac_pos @ dq2)[:, :, 0] + _cross_rows((k.jac_rot @ dq2)[:, :, 0], cpt - k.foot_pos)
-            zv = -((_cross_rows(np.broadcast_to(omega_p, (2, 3)), r) + v_rel) @ R.T)  # (2, 3) world
+            w0, w1, w2 = omega_p.tolist()  # w x r_i for both feet: r @ [w]x^T
+            zv = -((r @ np.array([[0.0, w2, -w1], [-w2, 0.0, w0], [w1, -w0, 0.0]]) + v_rel) @ R.T)  # (2, 3) world
             # noise: joint velocities through J, gyro through the lever arm (cov of w x r =
             # sigma^2 (|r|^2 I - r r^T)), and the foot's own motion (rolling, slip)
             r2 = (rw * rw).sum(axis=1)
@@ -437,7 +446,7 @@ class Estimator:
         x, P = self.x, self.P
         PHt = P @ H.T
         S = H @ PHt + Rm
-        K = np.linalg.solve(S, PHt.T).T
+        K = _solve(S, PHt.T).T
         x += K @ (z - H @ x)
         P -= K @ PHt.T
         P += P.T
