@@ -187,14 +187,65 @@ class BridgeModelConfig:
     damping_scale: float = 1.0
     frictionloss_scale: float = 1.0
     extra_joint_damping: float = 0.0  # Nm s/rad added to every motor joint
+    # Foot-floor contact (sim/creep.py measures creep per setting; the defaults keep the MJCF's contact:
+    # condim 3 foot spheres, pyramidal cone, no noslip). None / 0 = unchanged.
+    foot_condim: int | None = None  # 3 sliding, 4 + torsional, 6 + rolling friction
+    foot_friction: tuple[float, float, float] | None = None  # (sliding, torsional m, rolling m) of the foot spheres
+    cone: str | None = None  # "pyramidal" | "elliptic"
+    noslip_iterations: int = 0  # MuJoCo's noslip post-solver: removes the soft friction constraints' slip
+    contact: str | None = None  # a name in BRIDGE_CONTACT: fills the fields above that are left unset
+
+
+# Named foot-contact settings of the bridge (measured in results/bridge_creep.json, README "Sim bridge").
+# "noslip" (4 noslip iterations) is the chosen one: foot slide 5.9 -> 0.16 mm/s, foot yaw 0.5 -> 0.14 mrad/s
+# at +-5 Nm hip yaw, stands at +-10 Nm where "mjcf" turns and falls; physics step ~1.3x, lockstep RTF ~0.9x.
+BRIDGE_CONTACT = {
+    "mjcf": {},
+    "noslip": {"noslip_iterations": 4},
+    "noslip_elliptic": {"noslip_iterations": 10, "cone": "elliptic"},
+}
+_CONES = {"pyramidal": mujoco.mjtCone.mjCONE_PYRAMIDAL, "elliptic": mujoco.mjtCone.mjCONE_ELLIPTIC}
+
+
+def resolve_contact(cfg: BridgeModelConfig) -> BridgeModelConfig:
+    """cfg with its named `contact` preset filled into the fields left at their defaults; checks values."""
+    if cfg.contact is not None:
+        if cfg.contact not in BRIDGE_CONTACT:
+            raise ValueError(f"unknown bridge contact {cfg.contact!r}; use one of {list(BRIDGE_CONTACT)}")
+        blank = BridgeModelConfig()
+        fill = {k: v for k, v in BRIDGE_CONTACT[cfg.contact].items() if getattr(cfg, k) == getattr(blank, k)}
+        cfg = dataclasses.replace(cfg, contact=None, **fill)
+    if cfg.foot_condim not in (None, 1, 3, 4, 6):
+        raise ValueError(f"foot_condim {cfg.foot_condim}: MuJoCo accepts 1, 3, 4 or 6")
+    if cfg.cone not in (None, *_CONES):
+        raise ValueError(f"cone {cfg.cone!r}: use one of {list(_CONES)}")
+    if cfg.noslip_iterations < 0:
+        raise ValueError(f"noslip_iterations {cfg.noslip_iterations} must be >= 0")
+    if cfg.foot_friction is not None and (len(cfg.foot_friction) != 3 or min(cfg.foot_friction) < 0):
+        raise ValueError(f"foot_friction {cfg.foot_friction}: need (sliding, torsional, rolling) >= 0")
+    return cfg
+
+
+def _foot_contact(spec: mujoco.MjSpec, cfg: BridgeModelConfig) -> None:
+    for geom in spec.geoms:
+        if geom.type == mujoco.mjtGeom.mjGEOM_SPHERE and geom.classname.name == "foot":
+            if cfg.foot_condim is not None:
+                geom.condim = cfg.foot_condim
+            if cfg.foot_friction is not None:
+                geom.friction = list(cfg.foot_friction)
+    if cfg.cone is not None:
+        spec.option.cone = _CONES[cfg.cone]
+    spec.option.noslip_iterations = cfg.noslip_iterations
 
 
 def build_bridge_spec(cfg: BridgeModelConfig = BridgeModelConfig()) -> mujoco.MjSpec:
     """Full-collision G1 for C MuJoCo at 1 kHz, torque motors, floor, home keyframe."""
+    cfg = resolve_contact(cfg)
     spec = _load_spec(cfg.mjcf)
     _add_floor(spec)
     _torque_actuators(spec)
     _add_home_key(spec)
+    _foot_contact(spec, cfg)
     for j in spec.joints:
         if j.type != mujoco.mjtJoint.mjJNT_HINGE:
             continue

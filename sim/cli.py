@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from comm.dds import MAX_DOMAIN_ID, DDSInitError
 from comm.remote import STICKS, button_mask
-from robots.model import BridgeModelConfig, ModelError
+from robots.model import BRIDGE_CONTACT, BridgeModelConfig, ModelError, resolve_contact
 from sim.config import BandConfig, BridgeConfig, FaultConfig, NoiseConfig, Push, RemoteEvent
 from sim.node import BusyDomainError, SimBridge, ViewerError
 
@@ -155,6 +155,15 @@ def build_arg_parser() -> argparse.ArgumentParser:
     g.add_argument("--frictionloss-scale", type=_nonneg, default=default(M, "frictionloss_scale"))
     g.add_argument("--extra-joint-damping", type=_nonneg, default=default(M, "extra_joint_damping"),
                    help="N m s/rad on every motor joint")
+    g = p.add_argument_group("foot contact (robots.model.BridgeModelConfig; python -m sim.creep measures them)")
+    g.add_argument("--contact", default=default(M, "contact"), choices=list(BRIDGE_CONTACT),
+                   help="a named foot-contact setting (robots.model.BRIDGE_CONTACT); default: the MJCF's")
+    g.add_argument("--foot-condim", type=int, default=default(M, "foot_condim"), choices=(1, 3, 4, 6))
+    g.add_argument("--foot-friction", type=_vec3, default=default(M, "foot_friction"),
+                   help="SLIDE,TORSION,ROLL friction of the foot spheres (torsion/roll in m)")
+    g.add_argument("--cone", default=default(M, "cone"), choices=("pyramidal", "elliptic"))
+    g.add_argument("--noslip-iterations", type=int, default=default(M, "noslip_iterations"),
+                   help="MuJoCo's noslip post-solver iterations (0: off)")
     return p
 
 
@@ -163,13 +172,17 @@ def config_from_args(ns: argparse.Namespace) -> BridgeConfig:
         raise ValueError(f"--domain must be in 0..{MAX_DOMAIN_ID}")
     if ns.steps_per_cmd < 1 or ns.gt_decimation < 1:
         raise ValueError("--steps-per-cmd and --gt-decimation must be >= 1")
+    resolve_contact(BridgeModelConfig(contact=ns.contact, foot_condim=ns.foot_condim, foot_friction=ns.foot_friction,
+                                      cone=ns.cone, noslip_iterations=ns.noslip_iterations))  # ValueError names it
     return BridgeConfig(
         domain=ns.domain, interface=ns.interface, lockstep=ns.lockstep, steps_per_cmd=ns.steps_per_cmd,
         duration=ns.duration, seed=ns.seed, viewer=ns.viewer, gt_decimation=ns.gt_decimation,
         busy_check_s=ns.busy_check_s, allow_busy_domain=ns.allow_busy_domain, verbose=not ns.quiet,
         model=BridgeModelConfig(mjcf=ns.mjcf, armature_scale=ns.armature_scale, damping_scale=ns.damping_scale,
                                 frictionloss_scale=ns.frictionloss_scale,
-                                extra_joint_damping=ns.extra_joint_damping),
+                                extra_joint_damping=ns.extra_joint_damping, contact=ns.contact,
+                                foot_condim=ns.foot_condim, foot_friction=ns.foot_friction, cone=ns.cone,
+                                noslip_iterations=ns.noslip_iterations),
         band=BandConfig(enabled=not ns.no_band, release_after=ns.band_release_after, height=ns.band_height,
                         stiffness=ns.band_stiffness, damping=ns.band_damping),
         noise=NoiseConfig(ns.gyro_noise, ns.accel_noise, ns.joint_pos_noise, ns.joint_vel_noise,
