@@ -74,7 +74,7 @@ export: setup
 	$(PY) -m train.export --run $(RUN) $(ARGS)
 
 eval: setup
-	$(PY) -m eval --motion $(MOTION) $(ARGS)
+	$(PY) -m eval --motion $(MOTION) $(if $(CALIB),--calibration $(CALIB)) $(ARGS)
 
 sim: setup lo-multicast
 	$(PY) -m sim $(ARGS)

@@ -25,7 +25,6 @@ Format (schema_version 1; every value with its uncertainty where it has one):
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -86,30 +85,5 @@ def centre_from_fits(fits: Mapping[str, Mapping]) -> dict:
     return out
 
 
-@functools.lru_cache(maxsize=4)
-def _builder_response(mjcf: str | None) -> dict:
-    """How robots/model.py's builder maps extra_joint_damping onto compiled fields, per motor."""
-    from robots.model import BridgeModelConfig, build_bridge_model, motor_dof_adr
-
-    m0 = build_bridge_model(BridgeModelConfig(mjcf=mjcf))
-    m1 = build_bridge_model(BridgeModelConfig(mjcf=mjcf, extra_joint_damping=1.0))
-    d = motor_dof_adr(m0)
-    return {"dof_damping": (m1.dof_damping - m0.dof_damping)[d],
-            "dof_dampingpoly": (m1.dof_dampingpoly - m0.dof_dampingpoly)[d]}
-
-
-def apply_to_model(model, calib: Mapping, mjcf: str | None = None):
-    """Set the motor joints' armature, damping and friction loss of a compiled MjModel (training or
-    bridge model, before mjx.put_model) to the calibration's centre: armature and friction loss scaled,
-    damping added exactly as robots/model.py's extra_joint_damping. Returns the model."""
-    from robots.model import motor_dof_adr
-
-    c = dr_centre(calib)
-    d = motor_dof_adr(model)
-    resp = _builder_response(mjcf)
-    model.dof_armature[d] = model.dof_armature[d] * c["armature_scale"]
-    model.dof_frictionloss[d] = model.dof_frictionloss[d] * c["frictionloss_scale"]
-    model.dof_damping[d] = model.dof_damping[d] + c["damping"] * resp["dof_damping"]
-    if hasattr(model, "dof_dampingpoly"):
-        model.dof_dampingpoly[d] = model.dof_dampingpoly[d] + c["damping"][:, None] * resp["dof_dampingpoly"]
-    return model
+# the MjModel form lives in robots/ (eval and train may not import calibration/): re-exported here
+from robots.calibration import apply_to_model  # noqa: E402,F401

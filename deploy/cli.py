@@ -66,7 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sim: no ground-truth subscription, as on the robot (it is held in memory: ~1.3 MB/min at 10 Hz)")
     p.add_argument("--quiet", action="store_true", help="print only the summary path")
     p.add_argument("--calibration", default=None,
-                   help="calibration YAML or robot id (calibration/<id>.yaml): IMU biases for the estimator")
+                   help="calibration YAML or robot id (calibration/<id>.yaml): IMU biases for the estimator, joint "
+                        "offsets (q - offset), compared in pre-flight with the policy's training calibration")
+    p.add_argument("--allow-other-robot-calibration", action="store_true",
+                   help="deploy a policy trained with another robot's calibration (pre-flight refuses it otherwise)")
     return p
 
 
@@ -132,15 +135,22 @@ def main(argv=None) -> int:
             raise PreflightError(f"--velocity given, but {policy_dir} is a {art.spec.kind} policy (no velocity command)")
         if art.spec.kind == "velocity" and args.auto and not windows and args.robot == "sim":
             raise PreflightError("a velocity policy in an --auto dry run needs --velocity VX,VY,WZ@T0-T1 (no sticks)")
-        estimator_cfg = None
-        if args.calibration:  # calibration consumer: IMU biases (robots.calibration); fails before anything starts
+        estimator_cfg, offsets = None, ()
+        # calibration (robots.calibration): checked against the policy's; IMU biases, joint offsets
+        from deploy.preflight import check_calibration
+
+        calib, warnings = check_calibration(art, args.calibration, args.allow_other_robot_calibration)
+        for w in warnings:
+            print(f"deploy: warning: {w}", file=sys.stderr, flush=True)
+        if calib is not None:
             from deploy.estimator import EstimatorConfig
-            from robots.calibration import CalibrationFileError, load
+            from robots.calibration import joint_offsets
 
             try:
-                estimator_cfg = EstimatorConfig.from_calibration(load(args.calibration))
-            except (CalibrationFileError, ValueError) as e:
+                estimator_cfg = EstimatorConfig.from_calibration(calib)
+            except ValueError as e:
                 raise PreflightError(f"calibration rejected: {e}") from e
+            offsets = tuple(float(x) for x in joint_offsets(calib))
         if args.robot == "g1":
             confirm_real_robot(args)
     except PreflightError as e:
@@ -160,6 +170,7 @@ def main(argv=None) -> int:
         auto=args.auto, stand_up_s=args.stand_up_s, state_timeout_s=args.state_timeout, max_run_s=args.max_run_s,
         exit_on_damping=args.auto, run_root=args.run_root, plot=not args.no_plot,
         ground_truth=args.robot == "sim" and not args.no_ground_truth, velocity=windows, policy_s=args.policy_s,
+        joint_offsets=offsets,
         **({"estimator": estimator_cfg} if estimator_cfg is not None else {}),
     )
     holder = {}

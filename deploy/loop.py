@@ -26,6 +26,7 @@ from comm import dds, remote
 from deploy import realtime, velocity
 from deploy.estimator import Estimator, EstimatorConfig
 from deploy.link import Link
+from deploy.offsets import JointOffsets
 from deploy.log import CHUNK_S, LOG_FILE, Columns, StreamLog, new_run_dir, policy_fields, tick_fields
 from deploy.preflight import PreflightError, check_artifact, open_link, run_preflight
 from deploy.state_machine import STATES, AutoScript, ButtonEdges, State, StateMachine, estop_requested, state_index
@@ -64,6 +65,7 @@ class LoopConfig:
     realtime_priority: int = 10  # SCHED_FIFO priority of the loop thread when permitted (0: leave as is)
     velocity: tuple = ()  # velocity policies: deploy.velocity.VelocityWindow schedule on the run's clock (else sticks)
     policy_s: float | None = None  # velocity policies: how long POLICY runs (default: schedule end + settle, or 60 s)
+    joint_offsets: tuple = ()  # calibration joints.offsets (29, rad): the loop uses q - offset, sends target + offset
 
 
 class ControlLoop:
@@ -81,6 +83,7 @@ class ControlLoop:
         self.sim = sim_client
         self.echo = echo
         self.estimator = estimator or Estimator(cfg.estimator)
+        self.offsets = JointOffsets(cfg.joint_offsets)  # the one place LowState q enters (deploy.offsets)
         self.sm = StateMachine()
         self.edges = ButtonEdges()
         self.monitor: SafetyMonitor | None = None
@@ -136,7 +139,7 @@ class ControlLoop:
         t0 = time.monotonic()
         self.init_run_state(t0)
         self.note(0.0, "start", f"policy {self.art.spec.motion.name}, domain {self.link.domain}, "
-                                f"interface {self.link.interface}, auto={cfg.auto}")
+                                f"interface {self.link.interface}, auto={cfg.auto}, joint offsets: {self.offsets.describe()}")
         end_reason = "stopped"
         k = 0
         try:
@@ -276,7 +279,7 @@ class ControlLoop:
         step = self._policy_step_due(k)
         if step is None:
             return
-        s = self.link.latest()
+        s = self.offsets.state(self.link.latest())
         st = s.state
         self._update_estimate(s)  # catches up if a LowState arrived since the last tick
         est = self._est
@@ -304,7 +307,7 @@ class ControlLoop:
 
     def _tick_inner(self, k: int, wake: float, t: float, lateness: float) -> None:
         cfg, sm, mon = self.cfg, self.sm, self.monitor
-        s = self.link.latest()
+        s = self.offsets.state(self.link.latest())
         st = s.state
         self.mode_machine = st.mode_machine or self.mode_machine
         new = s.seq != self._last_seq
@@ -367,7 +370,7 @@ class ControlLoop:
         t_saf1 = time.monotonic()
         if mon.latched and sm.state != State.DAMPING:
             self._enter_damping(t, mon.latch.trip.kind)
-        sent = self.link.send(cmd, self.mode_machine)
+        sent = self.link.send(self.offsets.command(cmd), self.mode_machine)  # encoder frame
         if cmd.kind == "damping" and self._estop_press_t is not None and self.estop_latency_s is None:
             self.estop_latency_s = sent - self._estop_press_t
         # after the send (not on the command's path): the estimator, for the next policy step and the log

@@ -11,6 +11,10 @@ the LowCmd writer does not even exist until all of them pass):
   5. mode_machine is known and is the robot the artifact is for (29-DoF rev 1.0)
   6. the measured state is finite
   7. nobody else publishes rt/lowcmd (matched writers + a brief listen)
+Before 2 (deploy.cli): the calibration for this run (`check_calibration`): the file parses and is in
+range (robots.calibration), and it matches the one the policy was trained with (the artifact's
+provenance["calibration"] = {robot_id, date, sha256}): another robot id is refused unless
+allow_other_robot; another calibration of the same robot is a warning naming both dates.
 """
 from __future__ import annotations
 
@@ -100,3 +104,45 @@ def run_preflight(link: Link, state_timeout: float, listen_s: float = 0.5):
         raise PreflightError("LowState carries non-finite joint or IMU values: check the robot's sensors")
     check_no_other_commander(link, listen_s)
     return s
+
+
+def check_calibration(art: Artifact, path, allow_other_robot: bool = False) -> tuple[dict | None, list[str]]:
+    """The run's calibration (None without one) checked against the artifact's; returns (calib, warnings).
+    Raises PreflightError for a bad file or another robot's calibration (unless allow_other_robot)."""
+    from robots import calibration as C
+
+    trained = (art.spec.provenance or {}).get("calibration") or None
+    if path is None:
+        if trained:
+            return None, [f"the policy was trained with the calibration of robot {trained.get('robot_id')!r} "
+                          f"({trained.get('date')}); none given for this run (--calibration): joint offsets and "
+                          "IMU biases are not applied"]
+        return None, []
+    try:
+        calib = C.load(path)
+        C.require(calib, ("robot_id", "date"), "deploy (the pre-flight comparison with the policy's calibration)")
+        here = C.provenance(calib)
+        run_date = C.date_of(calib)
+        if not trained:
+            return calib, []
+        if not isinstance(trained, dict) or not trained.get("robot_id"):
+            raise PreflightError(f"policy artifact {art.path}: provenance.calibration {trained!r} lacks robot_id "
+                                 "(re-export it with `make export`)")
+        if trained["robot_id"] != here["robot_id"]:
+            msg = (f"the policy was trained with the calibration of robot {trained['robot_id']!r} "
+                   f"({trained.get('date')}), this run's calibration {calib['_path']} is of robot "
+                   f"{here['robot_id']!r} ({here['date']})")
+            if not allow_other_robot:
+                raise PreflightError(msg + ": deploy it on that robot, retrain with this robot's calibration "
+                                           "(`make train CALIB=...`), or pass --allow-other-robot-calibration")
+            return calib, [msg + " (allowed by --allow-other-robot-calibration)"]
+        if trained.get("sha256") and trained["sha256"] == here["sha256"]:
+            return calib, []
+        t_date = C.date_of({"date": trained.get("date"), "_path": "the policy's provenance.calibration"})
+        if t_date is not None and run_date is not None and run_date < t_date:
+            return calib, [f"this run's calibration of robot {here['robot_id']!r} ({here['date']}) is OLDER than "
+                           f"the one the policy was trained with ({trained.get('date')}): use the newer file"]
+        return calib, [f"this run's calibration of robot {here['robot_id']!r} ({here['date']}) differs from the one "
+                       f"the policy was trained with ({trained.get('date')}); consider retraining with it"]
+    except C.CalibrationFileError as e:
+        raise PreflightError(f"calibration rejected: {e}") from e

@@ -1,5 +1,6 @@
 """`python -m eval --motion jump [--episodes 20] [--seed 0] [--no-dr] [--no-video] [--hold S]
-[--artifacts DIR] [--out DIR]` (`make eval MOTION=jump ARGS=...`): prints the table and the path
+[--artifacts DIR] [--out DIR] [--calibration YAML | --bridge-perturbation K=V,...]`
+(`make eval MOTION=jump [CALIB=calibration/<id>.yaml] ARGS=...`): prints the table and the path
 of eval.json; exit 2 when the evaluation cannot run, 0 otherwise (falls included)."""
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from eval.bridge_setup import PERTURBATION_KEYS, from_calibration, parse_perturbation
 from eval.config import EVAL_ROOT, DRConfig, EvalConfig, EvalError
 from eval.evaluate import evaluate
 from eval.report import format_table
@@ -22,11 +24,24 @@ def main(argv=None) -> int:
     ap.add_argument("--hold", type=float, default=EvalConfig.hold_s, help="seconds of HOLD after the motion")
     ap.add_argument("--artifacts", help="artifact root (default policies/g1)")
     ap.add_argument("--out", default=str(EVAL_ROOT), help="output root (default runs/eval)")
+    ap.add_argument("--calibration", help="evaluate on the calibrated bridge model of this calibration YAML "
+                                          "(armature, damping, friction loss, kp centre, action delay)")
+    ap.add_argument("--bridge-perturbation", metavar="K=V,...",
+                    help="evaluate on a hidden robot: " + ", ".join(PERTURBATION_KEYS) + " (eval.bridge_setup)")
     args = ap.parse_args(argv)
     cfg = EvalConfig(episodes=args.episodes, seed=args.seed, video=not args.no_video, hold_s=args.hold,
                      dr=DRConfig(enabled=not args.no_dr))
     try:
-        summary, out = evaluate(args.motion, cfg, Path(args.artifacts) if args.artifacts else None, Path(args.out))
+        bridge = None
+        if args.calibration and args.bridge_perturbation:
+            raise EvalError("give --calibration (the calibrated model) or --bridge-perturbation (a hidden robot), "
+                            "not both")
+        if args.calibration:
+            bridge = from_calibration(args.calibration)
+        elif args.bridge_perturbation is not None:
+            bridge = parse_perturbation(args.bridge_perturbation)
+        summary, out = evaluate(args.motion, cfg, Path(args.artifacts) if args.artifacts else None, Path(args.out),
+                                bridge=bridge)
     except EvalError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -86,13 +86,13 @@ def run_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, 
         in_flight = any(t0 - cfg.flight_margin_s <= t <= t1 + cfg.flight_margin_s for t0, t1 in flights)
         for s in range(decim):
             ts = t + s * m.opt.timestep
-            tau = pd_torque(target, d.qpos[sim.qadr], d.qvel[sim.dadr], kp, kd)  # demanded; the drive clips it
+            tau = pd_torque(sim.applied_target(target, ts), d.qpos[sim.qadr], d.qvel[sim.dadr], kp, kd)  # demanded; clipped
             d.ctrl[:] = np.clip(tau, -g1.TORQUE_LIMIT, g1.TORQUE_LIMIT)
             d.xfrc_applied[sim.pelvis, :3] = 0.0
             for t0, t1, f in pushes:
                 if t0 <= ts < t1:
                     d.xfrc_applied[sim.pelvis, :3] += f
-            mujoco.mj_step(m, d)
+            sim.step()  # mj_step (+ the delayed observation's record)
             meter.step(d, tau, float(d.qpos[2]))
             pen, fz, fpen = sim.floor_contacts()
             pen_max = max(pen_max, pen)

@@ -55,11 +55,12 @@ def reference_motion(art: A.Artifact):
 
 
 def evaluate(motion: str, cfg: EvalConfig = EvalConfig(), artifact_root: Path | None = None,
-             out_root: Path = EVAL_ROOT, progress: bool = True) -> tuple[dict, Path]:
-    """Run the evaluation; returns (eval.json content, output folder)."""
+             out_root: Path = EVAL_ROOT, progress: bool = True, bridge=None) -> tuple[dict, Path]:
+    """Run the evaluation; returns (eval.json content, output folder). `bridge`: an
+    eval.bridge_setup.BridgeSetup (calibrated model / hidden perturbations); None = the nominal bridge."""
     art = resolve_artifact(motion, artifact_root)
     ref_motion = reference_motion(art)
-    sim = EvalSim()
+    sim = EvalSim(bridge)
     T = art.ref_q.shape[0]
     base = ref_motion.ref_base_pos if ref_motion is not None else np.stack(
         [np.zeros(T), np.zeros(T), np.asarray(art.ref_height, float)], 1)
@@ -120,5 +121,7 @@ def evaluate(motion: str, cfg: EvalConfig = EvalConfig(), artifact_root: Path | 
         "video_keyframes": str(strip) if strip else None,
         "per_episode": [{k: v for k, v in r.items() if k not in ("log", "frames", "frame_times")} for r in results],
     }
+    if bridge is not None:  # not the nominal bridge: which model (eval.bridge_setup)
+        summary["bridge"] = bridge.record()
     (out / "eval.json").write_text(json.dumps(report.jsonable(summary), indent=2))
     return summary, out

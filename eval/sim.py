@@ -8,19 +8,31 @@ the flat floor.
 """
 from __future__ import annotations
 
+import collections
+
 import mujoco
 import numpy as np
 
+from eval.bridge_setup import BridgeSetup
 from eval.config import KEY_BODIES, DRConfig
+from robots import calibration as C
 from robots import g1
 from robots import model as RM
 from robots.physics import GRAVITY, quat_rotate_inverse
 
 
 class EvalSim:
-    def __init__(self):
-        self.m = RM.build_bridge_model()
+    def __init__(self, setup: BridgeSetup | None = None):
+        self.setup = setup = setup or BridgeSetup()  # nominal, a calibration's model or a hidden robot
+        self.m = RM.build_bridge_model(setup.model)
+        if setup.calibration is not None:
+            C.apply_to_model(self.m, setup.calibration, setup.model.mjcf)
         self.d = mujoco.MjData(self.m)
+        self._cmd_delay = setup.cmd_delay_s
+        self._state_steps = int(round(setup.state_delay_s / self.m.opt.timestep))
+        self._pending: collections.deque = collections.deque()
+        self._issued = self._applied = None
+        self._states: collections.deque = collections.deque(maxlen=self._state_steps + 1)
         m = self.m
         self.qadr, self.dadr = RM.motor_qpos_adr(m), RM.motor_dof_adr(m)
         self.floor = m.geom("floor").id
@@ -59,15 +71,45 @@ class EvalSim:
             kp_s = rng.uniform(*dr.kp_scale, size=g1.NUM_MOTORS)
             kd_s = rng.uniform(*dr.kd_scale, size=g1.NUM_MOTORS)
             info = {"friction": float(mu), "mass_kg": float((nom["mass"] * s).sum())}
+        kp_s = kp_s * np.asarray(self.setup.kp_centre, float)  # a calibration's / hidden robot's kp (1: exact)
         mujoco.mj_setConst(self.m, self.d)
         return {"kp_scale": kp_s, "kd_scale": kd_s, **info}
 
     def reset(self):
         mujoco.mj_resetDataKeyframe(self.m, self.d, self.home)
         mujoco.mj_forward(self.m, self.d)
+        self._pending.clear()
+        self._issued = self._applied = None
+        self._states.clear()
+        if self._state_steps:
+            self._states.append(self._now())
+
+    def step(self):
+        """One physics step (mj_step); records the state when the observation is delayed."""
+        mujoco.mj_step(self.m, self.d)
+        if self._state_steps:
+            self._states.append(self._now())
+
+    def applied_target(self, target: np.ndarray, ts: float) -> np.ndarray:
+        """The target the drives use at time ts: `target` (issued now) itself without a command delay;
+        with one, the newest target issued at least cmd_delay_s ago (before any: the first issued)."""
+        if self._cmd_delay <= 0:
+            return target
+        if self._issued is None or not np.array_equal(target, self._issued):
+            self._issued = np.array(target, float)
+            self._pending.append((ts + self._cmd_delay, self._issued))
+        while self._pending and self._pending[0][0] <= ts + 1e-9:
+            self._applied = self._pending.popleft()[1]
+        return self._issued if self._applied is None else self._applied
 
     def state(self):
-        """(q, dq, gyro, quat, pelvis-frame linear velocity, pelvis height): the runtime's inputs."""
+        """(q, dq, gyro, quat, pelvis-frame linear velocity, pelvis height): the runtime's inputs
+        (state_delay_s old when the setup delays the observation)."""
+        if self._state_steps:
+            return tuple(x.copy() if isinstance(x, np.ndarray) else x for x in self._states[0])
+        return self._now()
+
+    def _now(self):
         d = self.d
         quat = d.qpos[3:7].copy()
         gyro = d.sensordata[self.gyro_adr].copy() if self.gyro_adr is not None else d.qvel[3:6].copy()
