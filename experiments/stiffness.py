@@ -166,6 +166,9 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true", help="redo rows already in the results file")
     ap.add_argument("--bcg-tau", type=float, default=BCG_TAU,
                     help="BCG trigger: normal force per foot sphere (N) above which an env is bundled, every row")
+    ap.add_argument("--no-equal-wall", action="store_true",
+                    help="skip resuming plain SHAC to BCG's wall time (e.g. when BCG's wall time was measured on a "
+                         "loaded machine and is not comparable)")
     a = ap.parse_args(argv)
     path = RESULTS / "stiffness_transfer.json"
     old = {r["name"]: r for r in json.loads(path.read_text())["rows"]} if path.exists() and not a.force else {}
@@ -185,7 +188,7 @@ def main(argv=None) -> int:
         pen = train_penetration_mm(OUT / name / MOTION, contact, kappa)
         base = _row(name, run_dir, ev, pen)
         extra = {}
-        if name == "shac300" and "sigmoid300" in rows:  # equal wall time: resume until BCG's wall time is used
+        if name == "shac300" and "sigmoid300" in rows and not a.no_equal_wall:  # equal wall time: resume until BCG's wall time is used
             left = rows["sigmoid300"]["train_wall_s"] - base["train_wall_s"]
             if left > 30:
                 rows[name] = base  # the equal-env-steps row, saved before the resumed training
