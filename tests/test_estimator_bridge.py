@@ -128,10 +128,15 @@ def test_against_bridge_ground_truth_over_dds(dds_domain):
         finally:
             stop.set()
             th.join(2.0)
+            client.close()
+            # stop the bridge before closing the listener-backed subscriber: unitree_sdk2py's Close drops the
+            # reader to the garbage collector, and a LowState callback in flight can then hold the last
+            # reference and delete the reader from inside its own listener (a cyclonedds deadlock, seen once
+            # in a full suite here: main thread in Entity.__del__, listener thread in Entity.__del__)
+            rc = bridge.stop()
             sub.Close()
             pub.Close()
-            client.close()
-        assert bridge.stop() == 0
+        assert rc == 0
     gt_by_tick = {int(g.tick): g for g in gts}
     states.sort(key=lambda s: s.tick)
     est = Estimator(_config(), model=None)
