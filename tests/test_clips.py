@@ -127,6 +127,16 @@ def _npz(tmp_path, name="bad", **arrays):
     return p
 
 
+def _assert_refused(path, words):
+    """load_clip refuses `path` with a MotionError naming the file and every one of `words`."""
+    with pytest.raises(M.MotionError) as e:
+        C.load_clip(path)
+    msg = str(e.value)
+    assert str(path) in msg
+    for w in words:
+        assert w in msg, (w, msg)
+
+
 @pytest.mark.parametrize("case, words", [
     ("dof23", ["30 columns", "23 joints", "29-DoF"]),
     ("names23", ["23 joints", "29-DoF"]),
@@ -168,12 +178,7 @@ def test_bad_npz_clips_name_file_frame_and_joint(tmp_path, jump, case, words):
         names[3] = "left_knee"
         kw["joint_names"] = np.array(names)
     p = _npz(tmp_path, case, **kw)
-    with pytest.raises(M.MotionError) as e:
-        C.load_clip(p)
-    msg = str(e.value)
-    assert str(p) in msg
-    for w in words:
-        assert w in msg, (w, msg)
+    _assert_refused(p, words)
 
 
 @pytest.mark.parametrize("case, words", [
@@ -196,12 +201,7 @@ def test_bad_csv_clips_name_file_and_frame(tmp_path, jump, case, words):
         p.write_text("\n")
     else:
         np.savetxt(p, t, delimiter=",", fmt="%.9g", header="x,y,z" if case == "header" else "", comments="")
-    with pytest.raises(M.MotionError) as e:
-        C.load_clip(p)
-    msg = str(e.value)
-    assert str(p) in msg
-    for w in words:
-        assert w in msg, (w, msg)
+    _assert_refused(p, words)
 
 
 def test_joints_slightly_beyond_limits_are_clipped(tmp_path, jump):
