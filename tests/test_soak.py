@@ -25,8 +25,9 @@ def test_per_minute_hand_values():
     assert soak.rss_growth([(0, 100.0), (30, 120.0), (60, 125.0), (90, 121.0)], 30) == 5.0
 
 
-def test_two_minute_soak(tmp_path):
-    s = soak.run(2.0, domain=64, out_root=tmp_path, echo=print)
+def test_two_minute_soak(tmp_path, dds_domain):
+    # the soak's SimClient lives in this process: it must use the process's one DDS domain (conftest)
+    s = soak.run(2.0, domain=dds_domain, out_root=tmp_path, echo=print)
     assert json.loads(open(s["path"]).read())["per_minute"] == s["per_minute"]
     assert s["operator_error"] is None and s["exit_code"] == 0, s
     assert s["final_state"] != "DAMPING" and s["safety_events"] == [], s["safety_events"]
