@@ -23,7 +23,7 @@ DEPLOY_VENV := .venv-deploy
 VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
 PYTHON ?= python3
 
-.PHONY: setup setup-deploy lint-imports test test-slow stiffness-transfer train export eval sim deploy soak calibrate bench clean lo-multicast
+.PHONY: setup setup-deploy lint-imports test test-slow stiffness-transfer contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
 
 setup: $(STAMP)
 
@@ -93,6 +93,14 @@ calibrate: setup lo-multicast
 # writes results/stiffness_transfer.json and results/bcg_vs_shac.json (rows already there are kept).
 stiffness-transfer: setup
 	$(PY) -m experiments.stiffness $(ARGS)
+
+# results/contact_models.json + docs/contact_models.png (README "Training contact")
+contact-figure: setup
+	$(PY) -m bench.contact_figure $(ARGS)
+
+# results/bridge_creep.json (README "Sim bridge": creep of a standing robot per contact setting)
+bridge-creep: setup
+	$(PY) -m sim.creep $(ARGS)
 
 bench: setup lo-multicast
 	$(PY) -m bench.run $(ARGS)
