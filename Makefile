@@ -67,7 +67,7 @@ test-slow: setup lo-multicast
 	$(PY) -m pytest -q -m slow $(ARGS)
 
 train: setup
-	$(PY) -m train.cli --motion $(MOTION) --algo $(ALGO) --preset $(PRESET) --seed $(SEED) $(ARGS)
+	$(PY) -m train.cli --motion $(MOTION) --algo $(ALGO) --preset $(PRESET) --seed $(SEED) $(if $(CALIB),--calibration $(CALIB)) $(ARGS)
 
 export: setup
 	@test -n "$(RUN)" || { echo "usage: make export RUN=runs/<motion>/<stamp>"; exit 2; }

@@ -1,4 +1,4 @@
-"""`make train MOTION=jump [ALGO=bcg|shac] [PRESET=cpu|gpu] [SEED=0]`.
+"""`make train MOTION=jump [ALGO=bcg|shac] [PRESET=cpu|gpu] [SEED=0] [CALIB=calibration/<id>.yaml]`.
 
 Trains a G1 policy with SHAC through the differentiable MJX rollout (BCG on for ALGO=bcg),
 shows a progress bar, writes runs/<motion>/<stamp>/ (config.yaml, metrics.csv, curves.png,
@@ -61,6 +61,9 @@ def main(argv=None) -> int:
                          "(the seed's sigmoid-activated compliant contact, knob --kappa; sets env.substeps=6, "
                          "the 300 Hz substep it needs, unless --set env.substeps is given)")
     ap.add_argument("--kappa", type=float, default=None, help="sigmoid contact sharpness k (1/m), e.g. 50, 100, 300")
+    ap.add_argument("--calibration", default=None, metavar="CALIB.yaml",
+                    help="train for one calibrated robot (make train CALIB=...): its armature, damping, friction "
+                         "loss in the model; randomisation centred on its kp scales and action delay (train/calibrated.py)")
     ap.add_argument("--resume", default=None, help="a run folder to continue from its latest checkpoint")
     ap.add_argument("--export-dir", default=None, help="where to export (default policies/g1/<motion>/)")
     ap.add_argument("--tag", default="", help="suffix of the run folder name")
@@ -71,6 +74,7 @@ def main(argv=None) -> int:
                          "(sections: shac, actor, bcg, env, dr; repeatable; values parsed as YAML)")
     a = ap.parse_args(argv)
     from motions import MotionError
+    from robots.calibration import CalibrationFileError
     from train.config import preset
     from train.pipeline import run
     from train.trainer import TrainingDiverged
@@ -81,7 +85,15 @@ def main(argv=None) -> int:
     except ValueError:
         pass
     try:
-        overrides = parse_overrides(a.set)
+        user = parse_overrides(a.set)
+        overrides: dict = {}
+        if a.calibration is not None:
+            from robots import g1
+            from train.calibrated import overrides as calibration_overrides
+
+            overrides = calibration_overrides(a.calibration, g1.CONTROL_DT)
+        for sec, fields in user.items():  # the user's --set wins over the calibration's
+            overrides.setdefault(sec, {}).update(fields)
         if a.iterations is not None:
             overrides.setdefault("shac", {})["iterations"] = a.iterations
         env = overrides.setdefault("env", {})
@@ -92,6 +104,9 @@ def main(argv=None) -> int:
         if a.kappa is not None:
             env["kappa"] = a.kappa
         cfg = preset(a.preset, motion=a.motion, algo=a.algo, seed=a.seed, stiffness=stiffness).with_overrides(overrides)
+    except CalibrationFileError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except ValueError as e:
         ap.error(str(e))
     try:

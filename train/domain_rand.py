@@ -36,6 +36,18 @@ class DomainRandConfig:
     action_latency_prob: float = 0.2  # probability an env applies the previous action (1 control step late)
     push_prob: float = 0.01  # per control step (0.01 at 50 Hz: one push every ~2 s)
     push_vel: float = 0.3  # m/s, max horizontal velocity kick of the pelvis
+    # Per-motor centre of the kp scale (29 values, e.g. a calibration's kp_scale): the sampled
+    # scale is centre x U(kp_scale) and the nominal (randomisation off) is the centre. None: 1.
+    kp_centre: tuple[float, ...] | None = None
+
+    def __post_init__(self):
+        if self.kp_centre is not None:
+            c = np.asarray(self.kp_centre, float)
+            if c.shape != (g1.NUM_MOTORS,) or not np.all(np.isfinite(c)) or np.any(c <= 0.2) or np.any(c >= 5.0):
+                raise ValueError(f"domain_rand.kp_centre: expected {g1.NUM_MOTORS} finite scales in (0.2, 5), "
+                                 f"got {self.kp_centre!r}")
+        if not 0.0 <= self.action_latency_prob <= 1.0:
+            raise ValueError(f"domain_rand.action_latency_prob {self.action_latency_prob} is not a probability in [0, 1]")
 
     @classmethod
     def off(cls) -> "DomainRandConfig":
@@ -70,14 +82,15 @@ class EnvParams:
         return dataclasses.replace(self, **kw)
 
 
-def nominal_params(nbody: int, friction: float, timeconst: float, kappa: float = 300.0) -> EnvParams:
+def nominal_params(nbody: int, friction: float, timeconst: float, kappa: float = 300.0,
+                   kp_centre: tuple[float, ...] | None = None) -> EnvParams:
     f = jnp.asarray(0.0).dtype  # float32, or float64 under jax_enable_x64
     return EnvParams(
         friction=jnp.asarray(friction, f),
         contact_timeconst=jnp.asarray(timeconst, f),
         contact_kappa=jnp.asarray(kappa, f),
         mass_scale=jnp.ones(nbody, f),
-        kp_scale=jnp.ones(g1.NUM_MOTORS, f),
+        kp_scale=jnp.ones(g1.NUM_MOTORS, f) if kp_centre is None else jnp.asarray(kp_centre, f),
         kd_scale=jnp.ones(g1.NUM_MOTORS, f),
         latency=jnp.asarray(False),
         push_prob=jnp.asarray(0.0, f),
@@ -99,7 +112,7 @@ def sample_params(rng: jax.Array, cfg: DomainRandConfig, nominal: EnvParams) -> 
     return nominal.replace(
         friction=u(k[0], cfg.friction),
         mass_scale=u(k[1], cfg.mass_scale, nominal.mass_scale.shape),
-        kp_scale=u(k[2], cfg.kp_scale, (g1.NUM_MOTORS,)),
+        kp_scale=nominal.kp_scale * u(k[2], cfg.kp_scale, (g1.NUM_MOTORS,)),
         kd_scale=u(k[3], cfg.kd_scale, (g1.NUM_MOTORS,)),
         latency=jax.random.bernoulli(k[4], cfg.action_latency_prob),
         push_prob=jnp.asarray(cfg.push_prob, dt),

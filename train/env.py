@@ -87,6 +87,9 @@ class EnvConfig:
     foot_friction: float = 0.6  # nominal, used when domain randomisation is off
     domain_rand: DR.DomainRandConfig = DR.DomainRandConfig()
     mjcf: str | None = None
+    # a calibration YAML (robots/calibration.py): the training model takes its armature, damping and
+    # friction loss (train/calibrated.py; `make train CALIB=...`)
+    calibration: str | None = None
 
     def __post_init__(self):
         if self.contact not in CONTACT_MODELS:
@@ -178,6 +181,10 @@ class G1Env:
         mcfg = M.TrainModelConfig(stiffness=self.timeconst, timestep=cfg.physics_dt,
                                   foot_friction=cfg.foot_friction, mjcf=cfg.mjcf)
         m = M.build_training_model(mcfg) if mj_model is None else mj_model
+        if cfg.calibration is not None and mj_model is None:
+            from train.calibrated import calibrated_model
+
+            m = calibrated_model(m, cfg.calibration, cfg.mjcf)
         floor = m.geom("floor").id
         self.sphere_geoms = np.array([i for i in range(m.ngeom) if i != floor and m.geom_contype[i]
                                       and m.geom_type[i] == mujoco.mjtGeom.mjGEOM_SPHERE])
@@ -229,7 +236,8 @@ class G1Env:
         self._kp = jnp.asarray(g1.KP, fdt)
         self._kd = jnp.asarray(g1.KD, fdt)
         self._lim = jnp.asarray(g1.TORQUE_LIMIT, fdt)
-        self._nominal = DR.nominal_params(m.nbody, cfg.foot_friction, self.timeconst, cfg.kappa)
+        self._nominal = DR.nominal_params(m.nbody, cfg.foot_friction, self.timeconst, cfg.kappa,
+                                          kp_centre=cfg.domain_rand.kp_centre)
         self.obs_specs = O.term_specs(tuple(cfg.obs_terms))
         self.observation_size = O.obs_size(self.obs_specs)
         self._metric_zeros = None

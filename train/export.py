@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from train import calibrated
 from train.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 
 PARITY_TOL = 1e-4
@@ -226,7 +227,8 @@ def export_run(run_dir, out_dir=None, checkpoint: str = "latest.npz") -> ExportR
     cfg = rp.config
     motion = load_motion(cfg.motion)
     prov = {"algorithm": cfg.algo, "seed": cfg.seed, "iterations": rp.checkpoint.step,
-            "run": str(rp.run_dir), "checkpoint": rp.checkpoint.path.name, **contact_provenance(cfg)}
+            "run": str(rp.run_dir), "checkpoint": rp.checkpoint.path.name, **contact_provenance(cfg),
+            **calibrated.provenance(cfg)}
     return export_policy(rp.checkpoint.net_params, cfg.actor, rp.checkpoint.obs_norm, motion, prov, out_dir,
                          obs_terms=cfg.obs_terms)
 

@@ -19,6 +19,7 @@ from train import run_io
 from train.checkpoint import load_checkpoint, save_checkpoint
 from train.config import TrainConfig, save_config
 from train.env import G1Env
+from train import calibrated
 from train.export import contact_provenance, export_policy
 from train.trainer import make_trainer, resumable, train
 
@@ -71,7 +72,7 @@ def run(cfg: TrainConfig, *, run_root: Path | None = None, resume: str | Path | 
     run_io.plot_curves(run_dir / "metrics.csv", run_dir / "curves.png")
     res = export_policy(params.actor, cfg.actor, params.obs_norm, motion,
                         {"algorithm": "shac+bcg" if cfg.bcg.enabled else "shac", "seed": cfg.seed,
-                         "iterations": metrics["iterations"], "preset": cfg.preset, **contact_provenance(cfg),
+                         "iterations": metrics["iterations"], "preset": cfg.preset, **contact_provenance(cfg), **calibrated.provenance(cfg),
                          "run": str(run_dir), "wall_time_s": round(time.time() - t0, 1)},
                         out_dir=export_dir, obs_terms=cfg.obs_terms)
     print(f"done in {time.time() - t0:.0f} s; metrics: {run_dir / 'metrics.csv'}; curves: {run_dir / 'curves.png'}")
