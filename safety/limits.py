@@ -19,6 +19,7 @@ Non-finite proposals or states are not repaired: `check_command` returns a Trip 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -55,6 +56,15 @@ class Limits:
     damping_kd: float = g1.DAMPING_KD
     tilt_max: float = TILT_LIMIT  # rad
 
+    def __post_init__(self):
+        # read-only float copies: commands share kp/kd without copying, and the derived bounds below stay valid
+        for name in ("q_min", "q_max", "torque", "max_step", "kp", "kd"):
+            object.__setattr__(self, name, _frozen(getattr(self, name)))
+        # (2, 29) [-x; +x] rows: both ends of the rate and torque intervals in one operation (safe_target)
+        object.__setattr__(self, "_step2", _frozen(np.stack([-self.max_step, self.max_step]) + np.zeros(self.q_min.shape)))
+        object.__setattr__(self, "_tau2", _frozen(np.stack([-self.torque, self.torque]) + np.zeros(self.q_min.shape)))
+        object.__setattr__(self, "_kp_pos", bool(np.all(self.kp > 0)))
+
     @staticmethod
     def default(command_dt: float = g1.COMMAND_DT, kp=g1.KP, kd=g1.KD) -> "Limits":
         lo, hi = soft_limits()
@@ -81,7 +91,13 @@ class Trip(NamedTuple):
     detail: str
 
 
-_Z = np.zeros(g1.NUM_MOTORS)
+def _frozen(a) -> np.ndarray:
+    a = np.array(a, dtype=float)
+    a.setflags(write=False)
+    return a
+
+
+_Z = _frozen(np.zeros(g1.NUM_MOTORS))  # dq* = tau_ff = 0 of every position command (shared: read-only)
 
 
 def damping_command(kd: float = g1.DAMPING_KD) -> Command:
@@ -96,9 +112,16 @@ def zero_torque_command() -> Command:
 
 def all_finite(*arrays) -> bool:
     for a in arrays:
+        # fast path: a float sum is finite only if every term is (NaN/inf propagate); it is not finite on
+        # overflow too, so that case (and anything but a 1-d float64 array) takes the exact test
+        if type(a) is np.ndarray and a.dtype == _F64 and a.ndim == 1 and math.isfinite(sum(a.tolist())):
+            continue
         if not np.isfinite(a).all():
             return False
     return True
+
+
+_F64 = np.dtype(np.float64)
 
 
 def clamp_joint_limits(q_target: np.ndarray, limits: Limits) -> np.ndarray:
@@ -135,12 +158,26 @@ def safe_target(proposed: np.ndarray, q: np.ndarray, dq: np.ndarray, prev: np.nd
     Feasible set F = soft limits  n  [prev - max_step, prev + max_step]  (never empty).
     Torque set   T = torque_interval(q, dq).  If F n T is non-empty the result is the projection of
     `proposed` onto it; otherwise it is the point of F nearest to T (least implied torque)."""
-    prev = np.minimum(np.maximum(prev, limits.q_min), limits.q_max)  # defensive: F stays non-empty
-    f_lo = np.maximum(limits.q_min, prev - limits.max_step)
-    f_hi = np.minimum(limits.q_max, prev + limits.max_step)
-    t_lo, t_hi = torque_interval(q, dq, limits.kp if kp is None else kp, limits.kd if kd is None else kd, limits.torque)
-    lo = np.maximum(f_lo, t_lo)
-    hi = np.minimum(f_hi, t_hi)
+    kp = limits.kp if kp is None else kp
+    kd = limits.kd if kd is None else kd
+    q_min, q_max = limits.q_min, limits.q_max
+    prev = np.minimum(np.maximum(prev, q_min), q_max)  # defensive: F stays non-empty
+    if (kp is limits.kp and limits._kp_pos) or (kp.shape == q_min.shape and bool((kp > 0).all())):
+        # both ends at once on (2, n) rows [lo; hi], the same IEEE operations as the general path below:
+        # prev + (-s) == prev - s, and max / min with the limits leave the other end unchanged
+        f = np.minimum(np.maximum(prev + limits._step2, q_min), q_max)
+        c = kd * dq
+        t = (c + limits._tau2) / kp
+        t += q
+        lo = np.maximum(f[0], t[0])
+        hi = np.minimum(f[1], t[1])
+        t_lo, t_hi, f_lo, f_hi = t[0], t[1], f[0], f[1]
+    else:
+        f_lo = np.maximum(q_min, prev - limits.max_step)
+        f_hi = np.minimum(q_max, prev + limits.max_step)
+        t_lo, t_hi = torque_interval(q, dq, kp, kd, limits.torque)
+        lo = np.maximum(f_lo, t_lo)
+        hi = np.minimum(f_hi, t_hi)
     empty = lo > hi
     if empty.any():  # T lies entirely on one side of F -> take F's end nearest to it
         lo = np.where(empty, np.where(t_hi < f_lo, f_lo, f_hi), lo)
@@ -162,13 +199,31 @@ def check_command(q: np.ndarray, dq: np.ndarray, quat: np.ndarray, proposed: np.
     `proposed=None` asks for no position command (PASSIVE): the state checks still run and the
     result is the zero-torque command. `gains` = (kp, kd) to send instead of limits.kp/kd (a policy
     artifact's gains): the torque bound uses exactly the gains sent, and gains outside robots/gains.py's
-    bounds trip. Trips: non-finite state, non-finite proposal, tilt, bad gains."""
+    bounds trip. Trips: non-finite state, non-finite proposal, tilt, bad gains.
+    The command's dq, tau, kp and kd arrays are read-only (shared between commands)."""
+    return checked_command(q, dq, quat, proposed, prev, limits, check_tilt,
+                           None if gains is None else frozen_gains(gains))
+
+
+def frozen_gains(gains: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray] | Trip:
+    """Read-only float copies of (kp, kd), or the bad_gains Trip when they are outside robots/gains.py's bounds."""
+    kp, kd = _frozen(gains[0]), _frozen(gains[1])
+    if not gains_ok(kp, kd):
+        return Trip("bad_gains", "PD gains outside robots/gains.py's bounds (or non-finite); pre-flight should "
+                                 "have refused this artifact")
+    return kp, kd
+
+
+def checked_command(q: np.ndarray, dq: np.ndarray, quat: np.ndarray, proposed: np.ndarray | None,
+                    prev: np.ndarray, limits: Limits, check_tilt: bool = True,
+                    gains: tuple[np.ndarray, np.ndarray] | Trip | None = None) -> Command | Trip:
+    """check_command with `gains` already through `frozen_gains` (SafetyMonitor validates them once)."""
     if not all_finite(q, dq, quat):
         bad = [n for n, a in (("q", q), ("dq", dq), ("quat", quat)) if not all_finite(a)]
         return Trip("nonfinite_state", f"non-finite values in measured {', '.join(bad)}")
     if check_tilt:
-        tilt = tilt_angle(quat)
-        if not np.isfinite(tilt):
+        tilt = tilt_angle(quat.tolist() if type(quat) is np.ndarray else quat)
+        if not math.isfinite(tilt):
             return Trip("nonfinite_state", "IMU quaternion has zero norm")
         if tilt > limits.tilt_max:
             return Trip("tilt", f"pelvis tilted {np.degrees(tilt):.0f} deg > {np.degrees(limits.tilt_max):.0f} deg")
@@ -181,11 +236,10 @@ def check_command(q: np.ndarray, dq: np.ndarray, quat: np.ndarray, proposed: np.
         bad = np.flatnonzero(~np.isfinite(proposed))
         return Trip("nonfinite_action", f"non-finite joint targets for {len(bad)} motors "
                                         f"(first: {g1.JOINT_NAMES[bad[0]]}); the policy output NaN/inf")
-    kp, kd = (limits.kp, limits.kd) if gains is None else (np.asarray(gains[0], float), np.asarray(gains[1], float))
-    if gains is not None and not gains_ok(kp, kd):
-        return Trip("bad_gains", "PD gains outside robots/gains.py's bounds (or non-finite); pre-flight should "
-                                 "have refused this artifact")
+    if isinstance(gains, Trip):
+        return gains
+    kp, kd = (limits.kp, limits.kd) if gains is None else gains
     if not all_finite(prev):
         prev = clamp_joint_limits(q, limits)  # cannot happen via the monitor; start from where we are
     target = safe_target(proposed, q, dq, prev, limits, kp, kd)
-    return Command(target, _Z.copy(), _Z.copy(), kp.copy(), kd.copy(), "position")
+    return Command(target, _Z, _Z, kp, kd, "position")

@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 
 from robots import g1
-from safety.limits import Command, Limits, Trip, check_command, clamp_joint_limits, damping_command
+from safety.limits import Command, Limits, Trip, checked_command, clamp_joint_limits, damping_command, frozen_gains
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +99,8 @@ class SafetyMonitor:
         self.prev_target: np.ndarray | None = None
         self.t0 = t0  # event times are reported relative to this
         self._damping = damping_command(self.limits.damping_kd)
+        self._gains_in = self._gains = None  # the last `gains` passed to step and its frozen_gains()
+        self._zeros = np.zeros(g1.NUM_MOTORS)
 
     @property
     def latched(self) -> bool:
@@ -125,9 +127,11 @@ class SafetyMonitor:
         if trip is None:
             if proposed is not None and self.prev_target is None:
                 self.reset_target(q)
-            prev = self.prev_target if self.prev_target is not None else np.zeros(g1.NUM_MOTORS)
-            out = check_command(np.asarray(q, float), np.asarray(dq, float), np.asarray(quat, float),
-                                proposed, prev, self.limits, check_tilt=check_tilt, gains=gains)
+            prev = self.prev_target if self.prev_target is not None else self._zeros
+            if gains is not self._gains_in:  # validated once per gains object; the copies are what is sent
+                self._gains_in, self._gains = gains, None if gains is None else frozen_gains(gains)
+            out = checked_command(np.asarray(q, float), np.asarray(dq, float), np.asarray(quat, float),
+                                  proposed, prev, self.limits, check_tilt, self._gains)
             if isinstance(out, Command):
                 if out.kind == "position":
                     self.prev_target = out.q
