@@ -140,3 +140,71 @@ def reference_window(ref_q, ref_height, step, xp=np):
     T = ref_q.shape[0]
     idx = xp.clip(step + 1 + xp.arange(REF_LOOKAHEAD), 0, T - 1)
     return ref_q[idx], ref_height[idx]
+
+
+# ---------------------------------------------------------------------- numpy fast path (deploy, eval)
+
+# Terms that depend on the policy step only (the motion phase and the reference window): tabulated per step.
+STEP_TERMS = frozenset({"motion_phase", "ref_joint_pos", "ref_base_height"})
+# Terms that are one ObsInputs field minus a constant: (field, offset).
+_AFFINE_TERMS = {
+    "base_ang_vel": ("gyro", 0.0), "joint_pos": ("q", _DEFAULT_Q), "joint_vel": ("dq", 0.0),
+    "last_action": ("last_action", 0.0), "base_lin_vel": ("base_lin_vel", 0.0),
+    "base_height": ("base_height", g1.DEFAULT_BASE_HEIGHT),
+}
+
+
+def projected_gravity_scalar(w: float, x: float, y: float, z: float) -> tuple[float, float, float]:
+    """robots.physics.projected_gravity of one quaternion in Python floats: the same IEEE operations in
+    the same order (quat_rotate_inverse of g = (0, 0, -1), np.cross written out), so bit-identical."""
+    g0, g1_, g2 = 0.0, 0.0, -1.0
+    t0 = 2.0 * (y * g2 - z * g1_)
+    t1 = 2.0 * (z * g0 - x * g2)
+    t2 = 2.0 * (x * g1_ - y * g0)
+    return (g0 - w * t0 + (y * t2 - z * t1), g1_ - w * t1 + (z * t0 - x * t2), g2 - w * t2 + (x * t1 - y * t0))
+
+
+class ObservationBuffer:
+    """`build_observation(...).astype(float32)` for one numpy state, written into a given float32 row: the
+    state terms concatenated into a preallocated float64 buffer, then (v - offset) * scale in place, the
+    step terms (phase, reference window) precomputed for steps 0..n_steps by the term functions themselves.
+    The same values bit for bit (tests/test_deploy_compute.py). `supported(specs)`: every term has a fast
+    form and the state terms come first; `step_inputs(step)` gives the ObsInputs the step rows are built from."""
+
+    @staticmethod
+    def supported(specs: Sequence[ObsTermSpec]) -> bool:
+        plain = all(s.history == 1 and s.clip is None and s.scales is None
+                    and (s.name in STEP_TERMS or s.name in _AFFINE_TERMS or s.name == "projected_gravity")
+                    for s in specs)
+        kinds = [s.name in STEP_TERMS for s in specs]
+        return plain and kinds == sorted(kinds)  # state terms, then step terms
+
+    def __init__(self, specs: Sequence[ObsTermSpec], step_inputs: Callable[[int], ObsInputs], n_steps: int):
+        self.specs = tuple(specs)
+        self.step_inputs = step_inputs
+        state = [s for s in self.specs if s.name not in STEP_TERMS]
+        self._step_specs = [s for s in self.specs if s.name in STEP_TERMS]
+        self.n_state = obs_size(state)
+        self._fields = tuple("quat" if s.name == "projected_gravity" else _AFFINE_TERMS[s.name][0] for s in state)
+        self._buf = np.zeros(self.n_state)
+        self._offset = np.concatenate([np.broadcast_to(_AFFINE_TERMS.get(s.name, (None, 0.0))[1], (s.size,))
+                                       for s in state]) if state else np.zeros(0)
+        self._scale = np.concatenate([np.full(s.size, float(s.scale)) for s in state]) if state else np.zeros(0)
+        self.n_steps = n_steps
+        self._table = np.array([self._step_row(k) for k in range(n_steps + 1)], np.float32)
+
+    def _step_row(self, step: int) -> np.ndarray:
+        inputs = self.step_inputs(step)
+        parts = [TERMS[s.name].fn(inputs, np) * s.scale for s in self._step_specs]
+        return np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
+
+    def fill(self, out: np.ndarray, step: int, gyro, quat, q, dq, last_action, base_lin_vel, base_height) -> None:
+        """out[:] = the observation of `step` (out: float32, (n_obs,)); quat as 4 floats."""
+        src = {"gyro": gyro, "quat": projected_gravity_scalar(*quat), "q": q, "dq": dq, "last_action": last_action,
+               "base_lin_vel": base_lin_vel, "base_height": (base_height,)}
+        buf = self._buf
+        np.concatenate([src[f] for f in self._fields], out=buf)
+        buf -= self._offset  # (v - offset) * scale: build_observation's operations, element by element
+        buf *= self._scale
+        out[:self.n_state] = buf  # float64 -> float32: astype's rounding
+        out[self.n_state:] = self._table[step] if 0 <= step <= self.n_steps else self._step_row(step)
