@@ -23,7 +23,7 @@ DEPLOY_VENV := .venv-deploy
 VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
 PYTHON ?= python3
 
-.PHONY: setup setup-deploy lint-imports test test-slow stiffness-transfer contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
+.PHONY: setup setup-deploy lint-imports test test-slow stiffness-transfer calibration-loop contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
 
 setup: $(STAMP)
 
@@ -93,6 +93,11 @@ calibrate: setup lo-multicast
 # writes results/stiffness_transfer.json and results/bcg_vs_shac.json (rows already there are kept).
 stiffness-transfer: setup
 	$(PY) -m experiments.stiffness $(ARGS)
+
+# Issue 17 item 3, the sim-to-real proxy: calibrate the bridge with hidden perturbations, eval and dry-run the
+# nominal and the calibrated jump on it (no training here); writes results/calibration_loop.json (steps kept).
+calibration-loop: setup lo-multicast
+	$(PY) -m experiments.calibration_loop $(ARGS)
 
 # results/contact_models.json + docs/contact_models.png (README "Training contact")
 contact-figure: setup
