@@ -136,7 +136,7 @@ def _compile_time(fn, *args):
     return time.perf_counter() - t
 
 
-def gradient_quality(pb: Problem, seeds: int, stiffnesses=None) -> dict:
+def gradient_quality(pb: Problem, seeds: int, stiffnesses=None, ref_seeds: int = REF_SEEDS) -> dict:
     out: dict = {}
     stiffnesses = tuple(pb.settings) if stiffnesses is None else stiffnesses
     tc0 = pb.settings[stiffnesses[-1]]
@@ -162,7 +162,7 @@ def gradient_quality(pb: Problem, seeds: int, stiffnesses=None) -> dict:
             est["zo"].append(np.asarray(jax.block_until_ready(pb.zo(seed, tc, jax.random.PRNGKey(seed)))))
             times["zo"].append(time.perf_counter() - t)
         paired = np.stack([np.asarray(pb.directional(1000 + sd, tc)) for sd in range(seeds)])  # same seeds
-        ref = np.concatenate([paired, np.stack([np.asarray(pb.directional(5000 + i, tc)) for i in range(REF_SEEDS)])])
+        ref = np.concatenate([paired, np.stack([np.asarray(pb.directional(5000 + i, tc)) for i in range(ref_seeds)])]) if ref_seeds else paired
         g_ref = ref.mean(0)
         ref_norm = np.linalg.norm(g_ref)
         out[f"grad_ref_rel_stderr_{stiff}"] = float(np.sqrt(ref.var(0, ddof=1).sum() / len(ref)) / ref_norm)
@@ -201,7 +201,8 @@ def throughput(pb: Problem, repeats: int = 3) -> dict:
 
 
 def run(batches: tuple[int, ...] = (16,), seeds: int = 12, horizon: int = HORIZON, with_all: bool = True,
-        stiffnesses: tuple[str, ...] | None = None, contact: str = "mjx", tau: float | None = None) -> dict:
+        stiffnesses: tuple[str, ...] | None = None, contact: str = "mjx", tau: float | None = None,
+        ref_seeds: int = REF_SEEDS) -> dict:
     # published: B = 10, H = 2, sigma_p = 1 cm, sigma_v = 2 cm/s, tau = 400 N (50 N on the sigmoid contact)
     cfg = BCGConfig(tau=DEFAULT_TAU[contact] if tau is None else tau)
     n0 = batches[0]
@@ -212,7 +213,7 @@ def run(batches: tuple[int, ...] = (16,), seeds: int = 12, horizon: int = HORIZO
     stiffnesses = tuple(pb.settings) if stiffnesses is None else stiffnesses
     out = {"grad_bench_contact": contact, "grad_bench_num_envs": n0, "grad_bench_horizon": horizon, "grad_bench_seeds": seeds,
            "bcg_branches": cfg.branches, "bcg_horizon": cfg.horizon, "bcg_tau_n": cfg.tau, "zo_pairs": ZO_PAIRS}
-    out.update(gradient_quality(pb, seeds, stiffnesses))
+    out.update(gradient_quality(pb, seeds, stiffnesses, ref_seeds))
     out.update(throughput(pb))
     for n in batches[1:]:
         out.update(throughput(Problem(n, {"bcg": cfg}, horizon, contact)))
@@ -234,13 +235,15 @@ def main(argv=None) -> int:
                    help="settings to sweep, stiffest last (its ratio is bcg_grad_variance_ratio): "
                         + "; ".join(f"{c}: {' '.join(s)}" for c, (_, s) in SETTINGS.items()))
     p.add_argument("--tau", type=float, default=None, help=f"BCG trigger, N per foot sphere (default {DEFAULT_TAU})")
+    p.add_argument("--ref-seeds", type=int, default=REF_SEEDS,
+                   help="extra seeds of the unpaired reference (the paired bias needs none)")
     p.add_argument("--out", default=None, help="also write the JSON here (e.g. results/gradients_sigmoid_h32.json)")
     ns = p.parse_args(argv)
     if ns.tau is not None and not (ns.tau > 0 and np.isfinite(ns.tau)):
         p.error(f"--tau {ns.tau}: a normal force in N, > 0")
     t0 = time.perf_counter()
     res = run(tuple(ns.batches), ns.seeds, ns.horizon, not ns.no_all, None if ns.stiffness is None else tuple(ns.stiffness),
-              ns.contact, ns.tau)
+              ns.contact, ns.tau, ns.ref_seeds)
     res["wall_s"] = time.perf_counter() - t0
     text = json.dumps(res, indent=1, sort_keys=True)
     print(text)
