@@ -162,7 +162,8 @@ def gradient_quality(pb: Problem, seeds: int, stiffnesses=None, ref_seeds: int =
             est["zo"].append(np.asarray(jax.block_until_ready(pb.zo(seed, tc, jax.random.PRNGKey(seed)))))
             times["zo"].append(time.perf_counter() - t)
         paired = np.stack([np.asarray(pb.directional(1000 + sd, tc)) for sd in range(seeds)])  # same seeds
-        ref = np.concatenate([paired, np.stack([np.asarray(pb.directional(5000 + i, tc)) for i in range(ref_seeds)])]) if ref_seeds else paired
+        extra = [np.asarray(pb.directional(5000 + i, tc)) for i in range(ref_seeds)]
+        ref = np.concatenate([paired, np.stack(extra)]) if extra else paired
         g_ref = ref.mean(0)
         ref_norm = np.linalg.norm(g_ref)
         out[f"grad_ref_rel_stderr_{stiff}"] = float(np.sqrt(ref.var(0, ddof=1).sum() / len(ref)) / ref_norm)
