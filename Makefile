@@ -23,7 +23,7 @@ DEPLOY_VENV := .venv-deploy
 VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
 PYTHON ?= python3
 
-.PHONY: setup setup-deploy lint-imports test test-slow stiffness-transfer calibration-loop contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
+.PHONY: setup setup-deploy lint-imports test test-slow stiffness-transfer calibration-loop motion-table contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
 
 setup: $(STAMP)
 
@@ -98,6 +98,12 @@ stiffness-transfer: setup
 # nominal and the calibrated jump on it (no training here); writes results/calibration_loop.json (steps kept).
 calibration-loop: setup lo-multicast
 	$(PY) -m experiments.calibration_loop $(ARGS)
+
+# Issue 14 items 5-6: every policies/g1/<motion>/ through eval (20 episodes, seed 0) and one real-time dry run on the
+# sim bridge (DDS domain 180), with its provenance; writes results/motions.json (rows kept while the ONNX is unchanged)
+# and prints the markdown table. A new motion: make motion-table ARGS="--motions <name>"
+motion-table: setup lo-multicast
+	$(PY) -m experiments.motion_table $(ARGS)
 
 # results/contact_models.json + docs/contact_models.png (README "Training contact")
 contact-figure: setup

@@ -36,15 +36,16 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import hashlib
 import json
-import os
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from experiments.runs_common import (HOST_STALL_KINDS, dry_run_row, host_stalled, keep_row, policy_sha,  # noqa: F401
+                                     repeat_dry_run, run_logged)
+from experiments.runs_common import rel as _rel
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_PATH = REPO / "results" / "calibration_loop.json"
@@ -83,10 +84,6 @@ BRIDGE_FLAGS = {
 EVAL_KEYS = ("armature_scale", "damping_scale", "frictionloss_scale", "extra_joint_damping", "cmd_latency_ms",
              "state_latency_ms")
 STATE_PERIOD_S = 0.002  # the bridge's LowState period (500 Hz)
-# safety events that say the machine stalled (loop behind its deadline, no fresh LowState), not the robot: a dry
-# run ended by one is repeated (--dry-run-attempts); a shared 2-core machine running a JAX training has them
-HOST_STALL_KINDS = ("deadline", "stale_state")
-
 LOCKSTEP_WHY = (
     "lockstep: calibration.latency times, on the bridge clock (LowState ticks), the first state whose tau_est shows "
     "a target step after the state the command was computed from; in lockstep the bridge advances only on "
@@ -195,26 +192,6 @@ def calibration_matches(calib: Mapping, flags: Sequence[str]) -> tuple[bool, str
     return True, "recorded on the hidden robot in lockstep"
 
 
-def keep_row(old: Mapping | None, inputs: Mapping) -> bool:
-    """A finished row is kept when it was made from the same inputs (a dry run the host stalled is not finished)."""
-    return old is not None and old.get("inputs") == dict(inputs) and not old.get("host_stalled")
-
-
-def host_stalled(summary: Mapping) -> bool:
-    """Did a dry run end on a safety event of the host, not of the robot (the loop or the bridge stalled)?"""
-    return any(str(e.get("kind")) in HOST_STALL_KINDS for e in summary.get("safety_events") or [])
-
-
-def policy_sha(policy_dir: Path) -> str:
-    """The artifact's onnx_sha256 (policy.yaml), else the ONNX file's sha256."""
-    import yaml
-
-    spec = yaml.safe_load((Path(policy_dir) / "policy.yaml").read_text()) or {}
-    if spec.get("onnx_sha256"):
-        return str(spec["onnx_sha256"])
-    return hashlib.sha256((Path(policy_dir) / "policy.onnx").read_bytes()).hexdigest()
-
-
 def policy_calibration(policy_dir: Path) -> dict | None:
     import yaml
 
@@ -232,45 +209,15 @@ def eval_row(ev: Mapping) -> dict:
             "flight_time_s": flight or None, "landing_impact_bw": ev.get("landing_impact_bw")}
 
 
-def dry_run_row(summary: Mapping, rc: int) -> dict:
-    """The numbers a results row keeps from a deploy summary.json."""
-    events = list(summary.get("safety_events") or [])
-    return {"episodes": 1, "exit_code": rc, "final_state": summary.get("final_state"),
-            "states_visited": summary.get("states_visited"), "fell": summary.get("fell"),
-            "falls": int(bool(summary.get("fell"))), "safety_events": len(events),
-            "safety_event_kinds": sorted({str(e.get("kind")) for e in events}),
-            "first_safety_event": ({k: events[0].get(k) for k in ("time", "kind", "detail")} if events else None),
-            "policy_started_s": next((t["time"] for t in summary.get("transitions") or [] if t.get("to") == "POLICY"), None),
-            "gt_apex_pelvis_m": summary.get("gt_pelvis_max_m"), "gt_flight_s": summary.get("gt_flight_s"),
-            "deadline_misses": summary.get("deadline_misses"), "compute_ms_p99": summary.get("compute_ms_p99"),
-            "estimator_base_vel_rmse_mps": summary.get("estimator_base_vel_rmse_mps"),
-            "estimator_base_height_rmse_m": summary.get("estimator_base_height_rmse_m")}
-
-
 def train_command(calibrated_dir: Path) -> str:
     """What the lead runs (JAX; never run here): the nominal jump's recipe (cpu preset, seed 0, 800 iterations)
     with the calibration."""
     return (f"python -m train.cli --motion {MOTION} --calibration {_rel(CALIB_PATH)} --export-dir {_rel(calibrated_dir)}")
 
 
-def _rel(p: Path | str) -> str:
-    try:
-        return str(Path(p).resolve().relative_to(REPO))
-    except ValueError:
-        return str(p)
-
-
 # ---------------------------------------------------------------------------------------------- steps
 def _run(cmd: list[str], log: Path, ok=(0,)) -> int:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    print("  $", " ".join(shlex.quote(c) for c in cmd), f"> {_rel(log)}", flush=True)
-    with open(log, "a") as f:
-        rc = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONPATH": str(REPO)}).returncode
-    if rc not in ok:
-        tail = "".join(log.read_text(errors="replace").splitlines(True)[-15:])
-        raise LoopError(f"{cmd[2]} exited {rc}; see {_rel(log)}:\n{tail}")
-    return rc
+    return run_logged(cmd, log, ok, LoopError)
 
 
 def calibrate(domain: int) -> dict:
@@ -318,22 +265,7 @@ def run_dry(row_id: str, policy_dir: Path, flags: Sequence[str], calibration: Pa
         cmd += ["--bridge-args", " ".join(flags)]
     if calibration is not None:
         cmd += ["--calibration", str(calibration)]
-    stalls: list[dict] = []
-    for attempt in range(1, max(1, attempts) + 1):
-        before = set(out.glob("*/summary.json"))
-        rc = _run(cmd, out / "deploy.log", ok=(0, 1))  # 1: the run ended in DAMPING (a fall, a safety trip): a result
-        new = sorted(set(out.glob("*/summary.json")) - before)
-        if not new:
-            raise LoopError(f"deploy exited {rc} without a summary.json under {_rel(out)}; see {_rel(out / 'deploy.log')}")
-        summary = json.loads(new[-1].read_text())
-        if not host_stalled(summary):
-            break
-        events = [f"{e.get('kind')}: {e.get('detail')}" for e in summary.get("safety_events") or []]
-        stalls.append({"summary": _rel(new[-1]), "safety_events": events})
-        print(f"    attempt {attempt}: the host stalled ({'; '.join(events)}), not the robot"
-              + ("; again" if attempt < attempts else "; giving up (row marked host_stalled, redone next run)"), flush=True)
-    return {**dry_run_row(summary, rc), "summary": _rel(new[-1]), "host_stalled": host_stalled(summary),
-            "host_stall_attempts": stalls}
+    return repeat_dry_run(cmd, out, attempts, _run, LoopError)
 
 
 # ---------------------------------------------------------------------------------------------- driver
