@@ -1,5 +1,6 @@
-"""The estimator's configuration (noise densities, thresholds, calibration biases) and its
-output types. Split from deploy/estimator.py, which holds the filter itself."""
+"""The estimator's configuration (noise densities, thresholds, calibration biases), its output types
+and the filter's constant pieces (measurement layouts per stance pattern, 3x3 helpers on Python floats).
+Split from deploy/estimator.py, which holds the filter itself."""
 from __future__ import annotations
 
 import dataclasses
@@ -122,3 +123,102 @@ class Estimate(NamedTuple):
     foot_contact: np.ndarray  # (2,) bool, left, right
     foot_force: np.ndarray  # (2,) N, estimated vertical ground force (nan without tau_est)
     flags: EstimatorFlags
+
+
+class MeasurementLayout(NamedTuple):
+    """The leg measurement of one stance pattern (left, right): rows = both feet's position relative to
+    the IMU point (6), then per stance foot its velocity (3) and contact point height (1)."""
+
+    H: np.ndarray  # (m, 12) over the state [p, v, f_L, f_R]
+    Ht: np.ndarray  # H.T, contiguous
+    m: int
+    r_index: np.ndarray  # flat indices into the (m, m) noise matrix of its block entries, in the order
+    #                      position L (3x3), position R (3x3), then per stance foot velocity (3x3), height
+
+
+def measurement_layout(stance: tuple[bool, bool]) -> MeasurementLayout:
+    eye = np.eye(3)
+    m = 6 + 4 * sum(stance)
+    H = np.zeros((m, 12))
+    for i in range(2):
+        H[3 * i:3 * i + 3, 0:3] = -eye
+        H[3 * i:3 * i + 3, 6 + 3 * i:9 + 3 * i] = eye
+    blocks = [(0, 3), (3, 3)]
+    n = 6
+    for i in range(2):
+        if stance[i]:
+            H[n:n + 3, 3:6] = eye
+            H[n + 3, 8 + 3 * i] = 1.0
+            blocks += [(n, 3), (n + 3, 1)]
+            n += 4
+    idx = [(r0 + a) * m + r0 + b for r0, k in blocks for a in range(k) for b in range(k)]
+    return MeasurementLayout(H, np.ascontiguousarray(H.T), m, np.array(idx, dtype=np.intp))
+
+
+# ---------------------------------------------------------------------- 3-vectors and 3x3 as Python floats
+# (row-major 9-tuples: at 500 Hz beside other processes a numpy call on a 3-vector costs more than the floats)
+
+
+def quat_to_rows(w, x, y, z) -> tuple:
+    """Rotation matrix of a unit quaternion, row-major 9-tuple."""
+    return (1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
+            2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
+            2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y))
+
+
+def mul_rt3(a, b) -> tuple:
+    """a @ b.T for row-major 9-tuples."""
+    return tuple(a[3 * i] * b[3 * j] + a[3 * i + 1] * b[3 * j + 1] + a[3 * i + 2] * b[3 * j + 2]
+                 for i in range(3) for j in range(3))
+
+
+def mul_v3(a, v) -> tuple:
+    """a @ v for a row-major 9-tuple and a 3-vector."""
+    v0, v1, v2 = v
+    return (a[0] * v0 + a[1] * v1 + a[2] * v2, a[3] * v0 + a[4] * v1 + a[5] * v2, a[6] * v0 + a[7] * v1 + a[8] * v2)
+
+
+def cross3(a, b) -> tuple:
+    a0, a1, a2 = a
+    b0, b1, b2 = b
+    return (a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0)
+
+
+def rot_sym3(R, m) -> tuple:
+    """R M R^T of a symmetric 3x3 M given as (m00, m01, m02, m11, m12, m22): a row-major 9-tuple."""
+    m00, m01, m02, m11, m12, m22 = m
+    t = [(R[3 * i] * m00 + R[3 * i + 1] * m01 + R[3 * i + 2] * m02,
+          R[3 * i] * m01 + R[3 * i + 1] * m11 + R[3 * i + 2] * m12,
+          R[3 * i] * m02 + R[3 * i + 1] * m12 + R[3 * i + 2] * m22) for i in range(3)]  # rows of R M
+    out = [0.0] * 9
+    for i in range(3):
+        ti0, ti1, ti2 = t[i]
+        for j in range(i, 3):
+            out[3 * i + j] = out[3 * j + i] = ti0 * R[3 * j] + ti1 * R[3 * j + 1] + ti2 * R[3 * j + 2]
+    return out
+
+
+def quad3(S, v) -> float:
+    """v^T S^-1 v for a symmetric positive definite 3x3 S, row-major (adjugate; ~1 us, np.linalg ~7 us)."""
+    a, b, c, _, d, e, _, _, f = S
+    x, y, z = v
+    A, B, C = d * f - e * e, c * e - b * f, b * e - c * d
+    D, E, F = a * f - c * c, b * c - a * e, a * d - b * b
+    det = a * A + b * B + c * C
+    if det <= 0.0:
+        return float("inf")
+    return (A * x * x + D * y * y + F * z * z + 2.0 * (B * x * y + C * x * z + E * y * z)) / det
+
+
+class Rows:
+    """Rows `idx` of an MjData array as nested lists, read through one view of the span that holds them."""
+
+    def __init__(self, arr: np.ndarray, idx) -> None:
+        idx = np.asarray(idx).ravel()
+        lo = int(idx.min())
+        self._view = arr[lo:int(idx.max()) + 1]
+        self._pick = None if np.array_equal(idx, np.arange(lo, lo + idx.size)) else (idx - lo).tolist()
+
+    def get(self) -> list:
+        rows = self._view.tolist()
+        return rows if self._pick is None else [rows[i] for i in self._pick]
