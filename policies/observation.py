@@ -204,7 +204,6 @@ class ObservationBuffer:
                "base_lin_vel": base_lin_vel, "base_height": (base_height,)}
         buf = self._buf
         np.concatenate([src[f] for f in self._fields], out=buf)
-        buf -= self._offset  # (v - offset) * scale: build_observation's operations, element by element
-        buf *= self._scale
-        out[:self.n_state] = buf  # float64 -> float32: astype's rounding
+        buf -= self._offset  # (v - offset) * scale: build_observation's operations, element by element,
+        np.multiply(buf, self._scale, out=out[:self.n_state])  # in float64, rounded to float32 as astype does
         out[self.n_state:] = self._table[step] if 0 <= step <= self.n_steps else self._step_row(step)
