@@ -3,7 +3,8 @@
 `run()` (the `make bench` entry) starts a sim bridge, runs the deploy loop as `make deploy ROBOT=sim`
 does (its own process, --auto, stand policy or --motion) and reads its summary:
   deploy_compute_ms_p50/p99          per policy tick: estimator + observation + ONNX + safety
-  deploy_estimator_ms_p50/p99, deploy_policy_ms_p50/p99 (observation + ONNX), deploy_safety_ms_p50/p99
+  deploy_estimator_ms_p50/p99, deploy_policy_ms_p50/p99 (observation + ONNX), deploy_safety_ms_p50/p99,
+  deploy_policy_ticks                the policy ticks they are taken over (200 for the 4 s stand)
   deploy_stream_period_error_p50/p99 |LowCmd send interval - 2 ms| / 2 ms over the whole run
   deploy_deadline_misses, deploy_ticks, deploy_max_lateness_ms
 then a second run in which the virtual remote presses Select during POLICY:
@@ -98,6 +99,7 @@ def run(motion: str = "stand") -> dict:
                 "deploy_policy_ms_p99": float(np.percentile(log["pol_policy_ms"], 99)),
                 "deploy_safety_ms_p99": float(np.percentile(log["pol_safety_ms"], 99)),
                 "deploy_compute_target_ms_p99": 0.3,  # issue 16's target for deploy_compute_ms_p99
+                "deploy_policy_ticks": int(len(log["pol_est_ms"])),  # the samples behind the p99s above
                 "deploy_tick_work_ms_p50": float(np.percentile(log["work_ms"], 50)),
                 "deploy_tick_work_ms_p99": float(np.percentile(log["work_ms"], 99)),
                 "deploy_stream_period_error_p50": s["stream_period_error_p50"],
