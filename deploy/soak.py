@@ -13,6 +13,9 @@ reads the per-minute timing from the streamed log afterwards. Writes runs/soak/<
   per_minute [{minute, ticks, deadline_misses (woke > 1 period late), stream_period_error_p99, ...}],
   log_bytes, log_mb_per_min, log_dropped_chunks, motions, pushes, final_state, safety_events, deploy summary
 
+Ctrl-C (SIGINT) ends a soak early: the loop damps and writes its summary, and soak.json reports what ran
+(`interrupted: true`, `minutes` = the time it ran, `minutes_requested`); exit code 130.
+
     python -m deploy.soak --minutes 60 [--motion stand] [--push-every-s 15] [--out runs/soak]
 """
 from __future__ import annotations
@@ -21,6 +24,7 @@ import argparse
 import datetime as _dt
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -139,6 +143,7 @@ def run(minutes: float, motion: str = "stand", push_every_s: float = 15.0, push_
         post: list[tuple[float, float]] = []  # after it: the summary reads the log back (not the loop's memory)
         log_sizes: list[tuple[float, int]] = []
         op = None
+        interrupted = None
         try:
             while proc.poll() is None and time.monotonic() - t_start < 60:  # the loop's log exists: it runs
                 if list(out_dir.glob("*/log.mcap")):
@@ -148,19 +153,15 @@ def run(minutes: float, motion: str = "stand", push_every_s: float = 15.0, push_
             op = Operator(sim, motion_s, hold_s, push_every_s, push_n, t0)
             op.start()
             next_echo = t0 + 60
-            while proc.poll() is None:
-                t = time.monotonic() - t0
-                mb = rss_mb(proc.pid)
-                if mb is not None:
-                    (samples if t < run_s - 0.5 else post).append((round(t, 2), round(mb, 2)))
-                logs = list(out_dir.glob("*/log.mcap"))
-                if logs:
-                    log_sizes.append((round(t, 2), logs[0].stat().st_size))
-                if time.monotonic() >= next_echo:
-                    echo(f"[soak] {t / 60:5.1f} min: RSS {mb:.1f} MB, log {log_sizes[-1][1] / 1e6:.1f} MB, "
-                         f"motions {op.motions}, pushes {op.pushes}")
-                    next_echo += 60
-                time.sleep(sample_s)
+            try:
+                _sample(proc, op, t0, run_s, sample_s, out_dir, samples, post, log_sizes, next_echo, echo)
+            except KeyboardInterrupt:  # Ctrl-C: the loop damps and writes its summary; the soak reports what ran
+                interrupted = time.monotonic() - t0
+                echo(f"[soak] interrupted after {interrupted / 60:.1f} min: stopping the loop, then the summary")
+                for _ in range(2):  # deploy's first Ctrl-C latches DAMPING, the second stops the loop
+                    if proc.poll() is None:
+                        proc.send_signal(signal.SIGINT)
+                        time.sleep(1.0)
             out, err = proc.communicate(timeout=60)
         finally:
             if op is not None:
@@ -175,8 +176,10 @@ def run(minutes: float, motion: str = "stand", push_every_s: float = 15.0, push_
     s = json.loads(Path(summary_line[0][len("summary: "):]).read_text())
     log = read_log(s["run_dir"], {"tick": ["t", "sent", "lateness"]})
     pm = per_minute(log["t"], log["sent"], log["lateness"])
+    soak_min = minutes if interrupted is None else interrupted / 60
     soak = {
-        "minutes": minutes, "motion": motion, "domain": domain, "exit_code": proc.returncode,
+        "minutes": round(soak_min, 2), "minutes_requested": minutes,
+        "interrupted": interrupted is not None, "motion": motion, "domain": domain, "exit_code": proc.returncode,
         "final_state": s["final_state"], "safety_events": s["safety_events"], "states_visited": s["states_visited"],
         "motions": op.motions if op else 0, "pushes": op.pushes if op else 0, "operator_error": op.error if op else None,
         "push_n": push_n, "push_every_s": push_every_s,
@@ -187,7 +190,7 @@ def run(minutes: float, motion: str = "stand", push_every_s: float = 15.0, push_
         "rss_start_mb": samples[0][1] if samples else None, "rss_end_mb": samples[-1][1] if samples else None,
         "rss_max_mb": max(mb for _, mb in samples) if samples else None,
         "rss_after_loop_mb": max(mb for _, mb in post) if post else None,
-        "log_bytes": s.get("log_bytes"), "log_mb_per_min": (s.get("log_bytes") or 0) / 1e6 / max(minutes, 1e-9),
+        "log_bytes": s.get("log_bytes"), "log_mb_per_min": (s.get("log_bytes") or 0) / 1e6 / max(soak_min, 1e-9),
         "log_chunks": s.get("log_chunks"), "log_dropped_chunks": s.get("log_dropped_chunks"),
         "per_minute": pm, "rss_mb": samples, "log_size_bytes": log_sizes[:: max(1, len(log_sizes) // 400)],
         "deploy_summary": str(Path(s["run_dir"]) / "summary.json"),
@@ -196,6 +199,27 @@ def run(minutes: float, motion: str = "stand", push_every_s: float = 15.0, push_
     path.write_text(json.dumps(soak, indent=1) + "\n")
     soak["path"] = str(path)
     return soak
+
+
+def _sample(proc, op, t0, run_s, sample_s, out_dir, samples, post, log_sizes, next_echo, echo) -> None:
+    """RSS and log size every sample_s while the deploy process runs (a progress line a minute)."""
+    while proc.poll() is None:
+        t = time.monotonic() - t0
+        mb = rss_mb(proc.pid)
+        if mb is not None:
+            (samples if t < run_s - 0.5 else post).append((round(t, 2), round(mb, 2)))
+        logs = list(out_dir.glob("*/log.mcap"))
+        if logs:
+            log_sizes.append((round(t, 2), logs[0].stat().st_size))
+        if time.monotonic() >= next_echo:
+            echo(f"[soak] {t / 60:5.1f} min: RSS {mb:.1f} MB, log {log_sizes[-1][1] / 1e6:.1f} MB, "
+                 f"motions {op.motions}, pushes {op.pushes}")
+            next_echo += 60
+        time.sleep(sample_s)
+
+
+def _mb(x: float | None, digits: int = 1) -> str:
+    return "n/a (shorter than the warm-up)" if x is None else f"{x:.{digits}f}"
 
 
 def main(argv=None) -> int:
@@ -212,10 +236,12 @@ def main(argv=None) -> int:
         print(f"  minute {m['minute']:3d}: ticks {m['ticks']:6d}  misses {m['deadline_misses']:3d}  "
               f"period error p99 {m['stream_period_error_p99']:.3f}  max lateness {m['max_lateness_ms']:.2f} ms")
     print(f"[soak] {s['minutes']:g} min, {s['motions']} motions, {s['pushes']} pushes: final {s['final_state']}, "
-          f"safety events {len(s['safety_events'])}; RSS {s['rss_start_mb']:.1f} -> {s['rss_end_mb']:.1f} MB "
-          f"(growth after {s['warmup_s']:g} s warm-up {s['rss_growth_after_warmup_mb']:.2f} MB); log "
+          f"safety events {len(s['safety_events'])}; RSS {_mb(s['rss_start_mb'])} -> {_mb(s['rss_end_mb'])} MB "
+          f"(growth after {s['warmup_s']:g} s warm-up {_mb(s['rss_growth_after_warmup_mb'], 2)} MB); log "
           f"{s['log_bytes'] / 1e6:.1f} MB ({s['log_mb_per_min']:.2f} MB/min, {s['log_dropped_chunks']} chunks dropped)")
     print(f"soak: {s['path']}")
+    if s["interrupted"]:
+        return 130
     return 0 if s["final_state"] != "DAMPING" and not s["safety_events"] else 1
 
 

@@ -69,3 +69,32 @@ def test_stream_holds_under_two_busy_processes(tmp_path):
     assert s["scheduling"].startswith("SCHED_FIFO")
     assert s["safety_events"] == [] and s["final_state"] == "HOLD", s["safety_events"]
     assert out["deploy_contention_stream_period_error_p99"] < 0.2
+
+
+def test_ctrl_c_ends_a_soak_with_a_partial_summary(tmp_path):
+    """SIGINT to `python -m deploy.soak` (an operator's Ctrl-C, or a shared machine's job control): the loop
+    damps and writes its summary, soak.json says what ran (interrupted, minutes run), exit code 130."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    p = subprocess.Popen([sys.executable, "-m", "deploy.soak", "--minutes", "10", "--domain", "97", "--out", str(tmp_path)],
+                         cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not list(tmp_path.glob("*/*/log.mcap")):
+            time.sleep(0.5)
+        time.sleep(15)
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, out[-3000:]
+    s = json.loads(next(tmp_path.glob("*/soak.json")).read_text())
+    assert s["interrupted"] and s["minutes_requested"] == 10 and 0.2 < s["minutes"] < 1.5, s["minutes"]
+    assert s["ticks"] > 0.2 * 60 / g1.COMMAND_DT and s["log_bytes"] > 0 and s["log_dropped_chunks"] == 0
+    assert s["final_state"] == "DAMPING"  # Ctrl-C latches damping before the loop stops
