@@ -182,18 +182,22 @@ class Estimator:
         i0, i1, i2 = self._imu_pos_l
         sharp, sr, n = self.config.contact_point_sharpness, self._sole_r, self._n_sole
         lowest, cpts, ws = [], [], []
+        exp = math.exp
         for i in range(2):
             sph = soles[n * i:n * i + n]
             z = [(s0 - i0) * R20 + (s1 - i1) * R21 + (s2 - i2) * R22 for s0, s1, s2 in sph]
             zmin = min(z)
-            w = [math.exp((zmin - zk) / sharp) for zk in z]
+            w = [exp((zmin - zk) / sharp) for zk in z]
             tot = sum(w)
             w = [wk / tot for wk in w]
+            c0 = c1 = c2 = 0.0
+            for wk, (s0, s1, s2) in zip(w, sph):
+                c0 += wk * s0
+                c1 += wk * s1
+                c2 += wk * s2
             # bottom of the spheres (the material point that touches the floor: a sphere rolling
             # at 20 rad/s moves its centre by 0.1 m/s)
-            cpts.append((sum(wk * s[0] for wk, s in zip(w, sph)) - sr * R20,
-                         sum(wk * s[1] for wk, s in zip(w, sph)) - sr * R21,
-                         sum(wk * s[2] for wk, s in zip(w, sph)) - sr * R22))
+            cpts.append((c0 - sr * R20, c1 - sr * R21, c2 - sr * R22))
             lowest.append(zmin - sr)
             ws.append(w)
         return lowest, cpts, ws
@@ -382,9 +386,13 @@ class Estimator:
                 # sigma^2 (|r|^2 I - r r^T)), and the foot's own motion (rolling, slip)
                 r2 = q_[0] * q_[0] + q_[1] * q_[1] + q_[2] * q_[2]
                 diag = g2 * r2 + kv2
-                rv = [jv2 * JJ[3 * a + b] - g2 * (q_[a] * q_[b]) + (diag if a == b else 0.0)
-                      for a in range(3) for b in range(3)]
-                rp = [jp2 * JJ[k] + (kp2 if k in (0, 4, 8) else 0.0) for k in range(9)]
+                x0, x1, x2 = q_
+                j00, j01, j02, _, j11, j12, _, _, j22 = JJ
+                o01, o02, o12 = jv2 * j01 - g2 * (x0 * x1), jv2 * j02 - g2 * (x0 * x2), jv2 * j12 - g2 * (x1 * x2)
+                rv = [jv2 * j00 - g2 * (x0 * x0) + diag, o01, o02, o01, jv2 * j11 - g2 * (x1 * x1) + diag, o12,
+                      o02, o12, jv2 * j22 - g2 * (x2 * x2) + diag]
+                p01, p02, p12 = jp2 * j01, jp2 * j02, jp2 * j12
+                rp = [jp2 * j00 + kp2, p01, p02, p01, jp2 * j11 + kp2, p12, p02, p12, jp2 * j22 + kp2]
                 nu_i = (z[0] - v_prior[0], z[1] - v_prior[1], z[2] - v_prior[2])  # minus the foot's velocity
                 rw.append(q_)
                 zv.append(z)
