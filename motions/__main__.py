@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from motions.library import available_motions, contact_phases, load_motion, summary
+from motions.momentum import flight_consistency
 from motions.motion import MotionError
 from motions.plot import plot_motion
 
@@ -28,6 +29,10 @@ def _preview(name: str, out: str | None) -> int:
     for phase, t0, t1 in contact_phases(m):
         print(f"  {phase:6s} {t0:6.2f} - {t1:6.2f} s")
     print(f"  flight windows: {list(m.flight_windows)}")
+    for f in flight_consistency(m):  # a ballistic COM: horizontal velocity constant, vertical acceleration -g
+        print(f"  flight {f['window_s']}: COM vx,vy take-off {f['com_vxy_takeoff'][0]:+.2f},{f['com_vxy_takeoff'][1]:+.2f} -> "
+              f"touch-down {f['com_vxy_touchdown'][0]:+.2f},{f['com_vxy_touchdown'][1]:+.2f} m/s (change "
+              f"{f['com_dvxy']:.2f}, ballistic 0), COM az {f['com_az_mean']:+.2f} m/s^2 (ballistic {f['g']:+.2f})")
     for k, v in summary(m).items():
         print(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
     print(png)
