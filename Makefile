@@ -23,7 +23,7 @@ DEPLOY_VENV := .venv-deploy
 VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
 PYTHON ?= python3
 
-.PHONY: setup setup-deploy lint-imports test test-slow stiffness-transfer calibration-loop motion-table contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
+.PHONY: setup setup-deploy lint-imports test test-slow gradients-sigmoid stiffness-transfer calibration-loop motion-table contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
 
 setup: $(STAMP)
 
@@ -91,6 +91,10 @@ calibrate: setup lo-multicast
 
 # The seed's contact-stiffness experiment: trainings one after another (~1 h on this CPU), then eval;
 # writes results/stiffness_transfer.json and results/bcg_vs_shac.json (rows already there are kept).
+# results/gradients_sigmoid_h32.json (README "Bundled Contact Gradients": the sigmoid-contact table)
+gradients-sigmoid: setup
+	$(PY) -m bench.gradients --contact sigmoid --horizon 32 --seeds 6 --ref-seeds 0 --no-all --stiffness k50 k300 --out results/gradients_sigmoid_h32.json $(ARGS)
+
 stiffness-transfer: setup
 	$(PY) -m experiments.stiffness $(ARGS)
 
