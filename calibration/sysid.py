@@ -150,7 +150,7 @@ class ReplayModel:
     Parameter semantics follow robots/model.py's builder (`BridgeModelConfig` armature_scale,
     extra_joint_damping, frictionloss_scale): how each compiled field responds to them is read off
     models the builder compiles here, so `damping` is exactly the builder's extra_joint_damping
-    (in MuJoCo 4 that also lands in the polynomial damping terms, dof_dampingpoly).
+    (viscous only, dof_damping: MJX ignores MuJoCo 4's polynomial terms, so the builder leaves them alone).
 
     The soft friction-loss constraint's regularisation scales with dof_invweight0, which MuJoCo
     computes at compile time from the floating robot's mass matrix (armature included); each

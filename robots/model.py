@@ -250,7 +250,11 @@ def build_bridge_spec(cfg: BridgeModelConfig = BridgeModelConfig()) -> mujoco.Mj
         if j.type != mujoco.mjtJoint.mjJNT_HINGE:
             continue
         j.armature = j.armature * cfg.armature_scale
-        j.damping = j.damping * cfg.damping_scale + cfg.extra_joint_damping
+        damping = np.asarray(j.damping, float) * cfg.damping_scale
+        # MuJoCo 4's joint damping is (viscous, poly2, poly3); extra damping is viscous only: MJX 3.17 ignores
+        # dof_dampingpoly, so poly terms would make the bridge a different robot from the training model
+        damping[0] += cfg.extra_joint_damping
+        j.damping = damping
         j.frictionloss = j.frictionloss * cfg.frictionloss_scale
     spec.option.timestep = cfg.timestep
     return spec
