@@ -183,7 +183,9 @@ def calibration_matches(calib: Mapping, flags: Sequence[str]) -> tuple[bool, str
     """Was this calibration recorded on the bridge with exactly these hidden flags, in lockstep?"""
     src = calib.get("source") or {}
     args = shlex.split(str(src.get("bridge_args") or ""))
-    base = ["--lockstep", "--band-height", "1.05", "--gt-decimation", "1000"]  # calibration.cli.SIM_BRIDGE_ARGS
+    from calibration.cli import SIM_BRIDGE_ARGS
+
+    base = list(SIM_BRIDGE_ARGS)
     extra = args[len(base):] if args[:len(base)] == base else None
     if calib.get("mode") != "lockstep" or extra is None:
         return False, f"recorded in mode {calib.get('mode')!r} with bridge args {src.get('bridge_args')!r}"
