@@ -6,6 +6,9 @@ tracks it leaves the ground with momentum the reference does not plan for.
 
     python -m motions preview jump_high     # prints flight_com_* per flight window
 
+A motion file with `ballistic: com` (motions.reference) solves the pelvis path so that this COM, not the
+pelvis, is ballistic in flight (`com_positions` is the FK that solve uses).
+
 COM by forward kinematics of the reference (root position and orientation, joints) on the bridge model.
 """
 from __future__ import annotations
@@ -17,23 +20,30 @@ from motions.motion import Motion
 from robots.physics import GRAVITY
 
 
-def com_trajectory(m: Motion) -> np.ndarray:
-    """(T, 3) whole-robot centre of mass of the reference, world frame."""
+def com_positions(pos: np.ndarray, q: np.ndarray, quat: np.ndarray | None = None) -> np.ndarray:
+    """(T, 3) whole-robot centre of mass (bridge model, mj_comPos subtree_com[0]) of root positions `pos`
+    (T, 3), joints `q` (T, 29, motor order) and root orientations `quat` (T, 4, w x y z; None = upright)."""
     from motions.clips import _fk_model
 
     model, qadr = _fk_model()[:2]
     d = mujoco.MjData(model)
-    T = m.num_steps
-    pos = m.ref_base_pos if m.ref_base_pos is not None else np.c_[np.zeros((T, 2)), m.ref_height]
+    T = len(pos)
     out = np.empty((T, 3))
     for i in range(T):
         d.qpos[:3] = pos[i]
-        d.qpos[3:7] = (1.0, 0.0, 0.0, 0.0) if m.ref_base_quat is None else m.ref_base_quat[i]
-        d.qpos[qadr] = m.ref_q[i]
+        d.qpos[3:7] = (1.0, 0.0, 0.0, 0.0) if quat is None else quat[i]
+        d.qpos[qadr] = q[i]
         mujoco.mj_kinematics(model, d)
         mujoco.mj_comPos(model, d)
         out[i] = d.subtree_com[0]
     return out
+
+
+def com_trajectory(m: Motion) -> np.ndarray:
+    """(T, 3) whole-robot centre of mass of the reference, world frame."""
+    T = m.num_steps
+    pos = m.ref_base_pos if m.ref_base_pos is not None else np.c_[np.zeros((T, 2)), m.ref_height]
+    return com_positions(pos, m.ref_q, m.ref_base_quat)
 
 
 def flight_consistency(m: Motion, com: np.ndarray | None = None) -> list[dict]:

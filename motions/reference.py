@@ -17,6 +17,20 @@ inclusive):
 - Other joints: default + PCHIP (monotone, C1) interpolation of the keyframe offsets.
 `build_motion` checks joint limits, joint velocity limits, leg reach and that the floor never
 has to pull the feet, and names the file and the time of the first violation.
+
+`ballistic: com` in the file (default `pelvis`: all of the above, unchanged) makes the whole-robot centre
+of mass (motions.momentum.com_positions: bridge-model FK, mj_comPos) ballistic instead of the pelvis:
+- flight: COM x = x_a + vx tau with vx = (x1 - x0) / T of the keyframes; COM z the parabola with flight
+  time T through the uncorrected reference's COM heights at take-off and touch-down. x_a = the previous
+  keyframe's COM x + vx T_push / 2 after a push-off from a stance keyframe (no back swing).
+- the stance segments next to a flight: COM x and z quintic Hermite from the outer keyframe's COM
+  (position, velocity and acceleration of the uncorrected reference there, by one-sided differences) to
+  the take-off state (vx, vz0, az = -g), and from the touch-down state to the next keyframe: C2 through
+  take-off and touch-down.
+- pelvis = desired COM - (COM - pelvis), a fixed point (the joints depend on the pelvis through the leg
+  IK, feet fixed in the world) iterated to COM_TOL; a solve that does not converge is a MotionError on
+  `ballistic`. Pelvis velocity = analytic COM velocity - central differences of the COM offset. The floor
+  check is on the COM: its downward acceleration in stance is at most g.
 """
 from __future__ import annotations
 
@@ -92,29 +106,22 @@ def base_and_feet(keys: list[Keyframe], times: np.ndarray):
     return h, vz, az, x, vx, fh, fx, flight
 
 
-def build_motion(path: Path, meta: MotionMeta, keys: list[Keyframe], dt: float = g1.CONTROL_DT) -> Motion:
-    """Sample the keyframes at `dt` from 0 to meta.duration inclusive; a MotionError names `path` and
-    the first time a limit (reach, joint range, joint speed, floor pull) is violated."""
-    T = int(round(meta.duration / dt)) + 1
-    times = np.arange(T) * dt
-    h, vz, az, x, vx, fh, fx, flight = base_and_feet(keys, times)
-    pull = np.flatnonzero(~flight & (az < -GRAVITY - 1e-6))
-    if pull.size:
-        j = int(pull[0])
-        raise field_error(path, "keyframes", f"the pelvis accelerates down at {-az[j]:.1f} m/s^2 > g at t = {times[j]:.2f} s "
-                         "while standing: the floor would have to pull the feet; lengthen that segment")
-    # other joints: default + PCHIP of keyframe offsets, held after the last keyframe
+def _offsets(keys: list[Keyframe], times: np.ndarray) -> np.ndarray:
+    """(T, 29) joint offsets: PCHIP of the keyframe offsets, held after the last keyframe."""
     kt = np.array([k.t for k in keys])
     ko = np.stack([k.offsets for k in keys])
     if len(keys) >= 2:
         from scipy.interpolate import PchipInterpolator
 
-        offsets = PchipInterpolator(kt, ko, axis=0, extrapolate=False)(np.minimum(times, kt[-1]))
-    else:
-        offsets = np.repeat(ko, T, axis=0)
-    q = g1.DEFAULT_JOINT_POS + offsets
+        return PchipInterpolator(kt, ko, axis=0, extrapolate=False)(np.minimum(times, kt[-1]))
+    return np.repeat(ko, len(times), axis=0)
+
+
+def _legs(path, times, x, h, fh, fx, q) -> np.ndarray:
+    """Leg IK into q's hip pitch, knee and ankle pitch (in place) for pelvis (x, h) and soles (fx, fh);
+    returns the (T, 2, 3) sole reference points. A MotionError names `path` and the first unreachable time."""
     geos = leg_geometry()
-    foot_pos = np.zeros((T, 2, 3))
+    foot_pos = np.zeros((len(times), 2, 3))
     for side, geo in enumerate(geos):
         ankle_world_x = fx + geo.home_ankle_x
         ankle_world_z = fh + geo.ankle_height
@@ -130,6 +137,132 @@ def build_motion(path: Path, meta: MotionMeta, keys: list[Keyframe], dt: float =
         foot_pos[:, side, 0] = ankle_world_x
         foot_pos[:, side, 1] = geo.home_ankle_y
         foot_pos[:, side, 2] = fh
+    return foot_pos
+
+
+COM_TOL = 1e-9  # m: the ballistic-COM pelvis solve stops when the COM is this close to the planned one
+COM_MAX_ITER = 60
+
+
+def _com_ballistic(path, keys: list[Keyframe], times: np.ndarray, dt: float, base, fh, fx):
+    """`ballistic: com`: the pelvis x and z solved so the whole-robot COM (motions.momentum.com_positions) is
+    ballistic in each flight and a quintic Hermite in the stance segments next to it (see the module doc).
+    Returns (x, vx, h, vz, com_az, corrected frames); frames outside those segments keep the keyframe pelvis."""
+    from motions.momentum import com_positions
+
+    h, vz, _, x, vx = (np.array(a, float) for a in base)
+    kt = [k.t for k in keys]
+    n = len(keys)
+
+    def com0(ts):
+        """(len(ts), 2) COM x, z of the uncorrected (keyframe-pelvis) reference at arbitrary times."""
+        ts = np.asarray(ts, float)
+        hh, _, _, xx, _, ffh, ffx, _ = base_and_feet(keys, ts)
+        qq = g1.DEFAULT_JOINT_POS + _offsets(keys, ts)
+        _legs(path, ts, xx, hh, ffh, ffx, qq)
+        return com_positions(np.stack([xx, np.zeros_like(xx), hh], 1), qq)[:, [0, 2]]
+
+    def outer(i, side):
+        """COM (p, v, a) at keyframe i of the uncorrected reference on the `side` (-1 before, +1 after) of it:
+        one-sided second-order differences, so the corrected segment joins the neighbouring one C2."""
+        if side < 0 and i == 0:
+            return com0([kt[0]])[0], np.zeros(2), np.zeros(2)
+        e = 1e-3 * side
+        f = com0(kt[i] + e * np.arange(4))
+        return f[0], (-3 * f[0] + 4 * f[1] - f[2]) / (2 * e), (2 * f[0] - 5 * f[1] + 4 * f[2] - f[3]) / e**2
+
+    takeoff, touchdown = {}, {}  # keyframe index -> COM (p, v, a), each (x, z)
+    for i, k in enumerate(keys[:-1]):
+        if k.flight:
+            T = kt[i + 1] - k.t
+            ca, cb = com0([k.t, kt[i + 1]])
+            vxf = (keys[i + 1].x - k.x) / T  # the keyframes' planned horizontal velocity
+            vz0 = (cb[1] - ca[1]) / T + GRAVITY * T / 2  # parabola through the uncorrected COM heights
+            if i > 0 and not keys[i - 1].flight:  # push-off from rest: the COM covers vxf * T_push / 2 (no back swing)
+                xa = outer(i - 1, -1)[0][0] + vxf * (k.t - kt[i - 1]) / 2
+            else:
+                xa = ca[0]
+            takeoff[i] = (np.array([xa, ca[1]]), np.array([vxf, vz0]), np.array([0.0, -GRAVITY]))
+            touchdown[i + 1] = (np.array([xa + vxf * T, cb[1]]), np.array([vxf, vz0 - GRAVITY * T]),
+                                np.array([0.0, -GRAVITY]))
+    seg = np.searchsorted(kt, times, side="right") - 1
+    c, cv, ca_ = np.zeros((len(times), 2)), np.zeros((len(times), 2)), np.zeros((len(times), 2))
+    fix = np.zeros(len(times), bool)
+    for j in range(n - 1):
+        sel = np.flatnonzero(seg == j)
+        if not sel.size:
+            continue
+        tau = times[sel] - kt[j]
+        if keys[j].flight:
+            (px, pz), (vxf, vz0), _ = takeoff[j]
+            c[sel, 0], cv[sel, 0], ca_[sel, 0] = px + vxf * tau, vxf, 0.0
+            c[sel, 1], cv[sel, 1], ca_[sel, 1] = pz + vz0 * tau - GRAVITY * tau**2 / 2, vz0 - GRAVITY * tau, -GRAVITY
+        elif j in touchdown or (j + 1) in takeoff:
+            s0 = touchdown[j] if j in touchdown else outer(j, -1)
+            s1 = takeoff[j + 1] if (j + 1) in takeoff else outer(j + 1, +1)
+            for ax in (0, 1):
+                c[sel, ax], cv[sel, ax], ca_[sel, ax] = _quintic(s0[0][ax], s0[1][ax], s0[2][ax], s1[0][ax], s1[1][ax],
+                                                                 s1[2][ax], kt[j + 1] - kt[j], tau)
+        else:
+            continue
+        fix[sel] = True
+    F = np.flatnonzero(fix)
+    offsets = _offsets(keys, times[F])
+    px, pz = x[F].copy(), h[F].copy()
+    for it in range(COM_MAX_ITER):
+        q = g1.DEFAULT_JOINT_POS + offsets
+        _legs(path, times[F], px, pz, fh[F], fx[F], q)
+        com = com_positions(np.stack([px, np.zeros_like(px), pz], 1), q)[:, [0, 2]]
+        r = c[F] - com
+        err = np.abs(r).max(axis=1)
+        if not np.all(np.isfinite(err)):
+            break
+        if err.max() < COM_TOL:
+            break
+        px, pz = px + r[:, 0], pz + r[:, 1]  # pelvis = desired COM - (COM - pelvis) at the current joints
+    else:
+        it = COM_MAX_ITER
+    if it >= COM_MAX_ITER or not np.all(np.isfinite(err)) or err.max() >= COM_TOL:
+        j = int(np.nanargmax(np.where(np.isfinite(err), err, np.inf)))
+        raise field_error(path, "ballistic", f"the pelvis solve for a ballistic centre of mass did not converge in "
+                         f"{COM_MAX_ITER} iterations (COM {err[j]:.2g} m from the plan at t = {times[F][j]:.2f} s); "
+                         "use ballistic: pelvis or make that segment longer / the joint motion smaller")
+    x[F], h[F] = px, pz
+    off = com - np.c_[px, pz]  # COM - pelvis at the solved joints
+    dx = np.gradient(off, dt, axis=0) if len(F) >= 2 else np.zeros_like(off)
+    vx[F], vz[F] = cv[F, 0] - dx[:, 0], cv[F, 1] - dx[:, 1]
+    return x, vx, h, vz, ca_[:, 1], fix
+
+
+def build_motion(path: Path, meta: MotionMeta, keys: list[Keyframe], dt: float = g1.CONTROL_DT) -> Motion:
+    """Sample the keyframes at `dt` from 0 to meta.duration inclusive; a MotionError names `path` and
+    the first time a limit (reach, joint range, joint speed, floor pull) is violated."""
+    T = int(round(meta.duration / dt)) + 1
+    times = np.arange(T) * dt
+    h, vz, az, x, vx, fh, fx, flight = base_and_feet(keys, times)
+    com_mode = meta.ballistic == "com"
+    if com_mode:
+        x, vx, h, vz, com_az, fixed = _com_ballistic(path, keys, times, dt, (h, vz, az, x, vx), fh, fx)
+    else:
+        pull = np.flatnonzero(~flight & (az < -GRAVITY - 1e-6))
+        if pull.size:
+            j = int(pull[0])
+            raise field_error(path, "keyframes", f"the pelvis accelerates down at {-az[j]:.1f} m/s^2 > g at t = {times[j]:.2f} s "
+                             "while standing: the floor would have to pull the feet; lengthen that segment")
+    q = g1.DEFAULT_JOINT_POS + _offsets(keys, times)
+    foot_pos = _legs(path, times, x, h, fh, fx, q)
+    if com_mode:  # the floor can only push: the COM's downward acceleration in stance is at most g
+        from motions.momentum import com_positions
+
+        cz = com_positions(np.stack([x, np.zeros(T), h], 1), q)[:, 2]
+        az_fd = np.gradient(np.gradient(cz, dt), dt) if T >= 3 else np.zeros(T)
+        com_az = np.where(fixed, com_az, az_fd)
+        pull = np.flatnonzero(~flight & (com_az < -GRAVITY - 1e-6))
+        if pull.size:
+            j = int(pull[0])
+            raise field_error(path, "keyframes", f"the centre of mass accelerates down at {-com_az[j]:.1f} m/s^2 > g at "
+                             f"t = {times[j]:.2f} s while standing: the floor would have to pull the feet; lengthen "
+                             "that segment")
     lo, hi = g1.JOINT_POS_MIN, g1.JOINT_POS_MAX
     viol = (q < lo - 1e-9) | (q > hi + 1e-9)
     if viol.any():
@@ -145,7 +278,12 @@ def build_motion(path: Path, meta: MotionMeta, keys: list[Keyframe], dt: float =
     contact = np.repeat(~flight[:, None], 2, axis=1)
     fl = [(k, keys[i + 1]) for i, k in enumerate(keys[:-1]) if k.flight]
     windows = tuple((k.t, k1.t) for k, k1 in fl)
-    v0s = tuple((k1.h - k.h) / (k1.t - k.t) + GRAVITY * (k1.t - k.t) / 2 for k, k1 in fl)
+    if com_mode:  # the solved pelvis at each take-off (interpolated between frames)
+        heights = tuple(float(np.interp(k.t, times, h)) for k, _ in fl)
+        v0s = tuple(float(np.interp(k.t, times, vz)) for k, _ in fl)
+    else:
+        heights = tuple(k.h for k, _ in fl)
+        v0s = tuple((k1.h - k.h) / (k1.t - k.t) + GRAVITY * (k1.t - k.t) / 2 for k, k1 in fl)
     arrays = dict(
         ref_q=q, ref_height=h, ref_foot_height=np.stack([fh, fh], 1), ref_dq=dq,
         ref_base_pos=np.stack([x, np.zeros(T), h], 1), ref_base_lin_vel=np.stack([vx, np.zeros(T), vz], 1),
@@ -155,4 +293,4 @@ def build_motion(path: Path, meta: MotionMeta, keys: list[Keyframe], dt: float =
         v.setflags(write=False)
     return Motion(name=meta.name, duration=meta.duration, reward_weights=dict(meta.reward_weights), dt=dt,
                   description=meta.description, source=str(path), flight_windows=windows,
-                  takeoff_heights=tuple(k.h for k, _ in fl), takeoff_vz=v0s, **arrays)
+                  takeoff_heights=heights, takeoff_vz=v0s, **arrays)

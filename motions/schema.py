@@ -3,6 +3,9 @@
     name: jump                  # must equal the file name
     description: free text
     duration: 3.6               # s; after the last keyframe the last pose is held
+    ballistic: pelvis           # what flies ballistically: pelvis (default: the keyframe pelvis path as
+                                #   written) | com (the pelvis x/z is solved so the whole-robot centre of
+                                #   mass flies ballistically; see motions.reference)
     keyframes:                  # strictly increasing t, the first at t = 0
       - t: 0.0
         pelvis_height: 0.785    # m, world z of the pelvis (upright)
@@ -69,6 +72,7 @@ class MotionSpec(BaseModel):
     name: Annotated[str, Field(strict=True)]
     description: Annotated[str, Field(strict=True)] | None = ""
     duration: _num(2 * g1.CONTROL_DT, 600.0)
+    ballistic: Literal["pelvis", "com"] = "pelvis"
     keyframes: list[KeyframeSpec] = Field(min_length=1)
     reward_weights: dict[str, _num()] = Field(min_length=1)
 
@@ -79,6 +83,7 @@ class MotionMeta:
     duration: float  # s
     reward_weights: dict[str, float]
     description: str
+    ballistic: str = "pelvis"  # "pelvis" | "com": what the flight makes ballistic (motions.reference)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,5 +206,5 @@ def parse_motion(path: Path, raw: Any) -> tuple[MotionMeta, list[Keyframe]]:
         keys.append(Keyframe(t, k.pelvis_height, x, foot_x, flight, clearance,
                              joint_offsets(path, f"{f}.joints", k.joints)))
     meta = MotionMeta(name=spec.name, duration=duration, reward_weights=dict(spec.reward_weights),
-                      description=(spec.description or "").strip())
+                      description=(spec.description or "").strip(), ballistic=spec.ballistic)
     return meta, keys
