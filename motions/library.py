@@ -126,10 +126,15 @@ def summary(m: Motion) -> dict:
     if m.flight_windows:
         t0, t1 = m.flight_windows[0]
         sel = m.flight_mask
+        vz, rise = m.takeoff_velocity(), m.takeoff_velocity() ** 2 / (2 * GRAVITY)
+        i0, i1 = int(round(t0 / m.dt)), int(round(t1 / m.dt))
+        h = m.ref_height[i0:i1 + 1]
+        if not np.allclose(np.diff(h, 2) / m.dt**2, -GRAVITY, atol=1e-6):  # `ballistic: com`: the pelvis is not
+            vz = float(m.ref_base_lin_vel[i0, 2]) if m.ref_base_lin_vel is not None else float(np.gradient(h, m.dt)[0])
+            rise = float(h.max() - h[0])
         out.update(
-            flight_time_s=t1 - t0, takeoff_velocity_mps=m.takeoff_velocity(),
-            apex_rise_m=m.takeoff_velocity() ** 2 / (2 * GRAVITY),
-            apex_pelvis_height_m=m.takeoff_heights[0] + m.takeoff_velocity() ** 2 / (2 * GRAVITY),
+            flight_time_s=t1 - t0, takeoff_velocity_mps=vz, apex_rise_m=rise,
+            apex_pelvis_height_m=float(h[0]) + rise if h.size else m.takeoff_heights[0] + rise,
             apex_foot_clearance_m=float(m.ref_foot_height[sel].max(axis=0).min()),
             forward_distance_m=float(m.ref_foot_pos[-1, 0, 0] - m.ref_foot_pos[0, 0, 0]),
         )
