@@ -23,7 +23,7 @@ DEPLOY_VENV := .venv-deploy
 VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
 PYTHON ?= python3
 
-.PHONY: setup setup-deploy lint-imports test test-slow gradients-sigmoid stiffness-transfer calibration-loop motion-table contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
+.PHONY: setup setup-deploy lint-imports test test-slow gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
 
 setup: $(STAMP)
 
@@ -94,6 +94,13 @@ calibrate: setup lo-multicast
 # results/gradients_sigmoid_h32.json (README "Bundled Contact Gradients": the sigmoid-contact table)
 gradients-sigmoid: setup
 	$(PY) -m bench.gradients --contact sigmoid --horizon 32 --seeds 6 --ref-seeds 0 --no-all --stiffness k50 k300 --out results/gradients_sigmoid_h32.json $(ARGS)
+
+gradients-sigmoid-h8: setup
+	$(PY) -m bench.gradients --contact sigmoid --horizon 8 --seeds 6 --ref-seeds 0 --no-all --stiffness k50 k100 k300 --out results/gradients_sigmoid_h8.json $(ARGS)
+
+# Issue 13 item 6: per-step Jacobian norms of the closed loop around touch-down, bundled and not (~15 min)
+step-jacobians: setup
+	$(PY) -m bench.step_jacobians --horizon 32 --envs 4 --out results/step_jacobians.json $(ARGS)
 
 stiffness-transfer: setup
 	$(PY) -m experiments.stiffness $(ARGS)

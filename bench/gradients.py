@@ -105,6 +105,7 @@ class Problem:
             g = jax.jit(jax.grad(ret, has_aux=True))
             self.grads[name] = lambda th, sd, tc, g=g, cfg=cfg: g(th, sd, tc, cfg)
         self.returns = jax.jit(jax.vmap(lambda th, sd, tc: ret(th, sd, tc, None)[0], in_axes=(0, None, None)))
+        self.start, self.policy = start, policy  # the scenario, for bench.step_jacobians
         self.theta = jnp.zeros(g1.NUM_MOTORS)
         q, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(g1.NUM_MOTORS, REF_DIRS)))
         self.dirs = jnp.asarray(q.T)  # (REF_DIRS, 29) orthonormal
