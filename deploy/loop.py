@@ -193,6 +193,8 @@ class ControlLoop:
         cfg = self.cfg
         if self._stop.is_set():
             return "stop requested"
+        if cfg.max_run_s is not None and t > cfg.max_run_s:  # a hard stop, in DAMPING too (soak: no auto)
+            return f"max_run_s {cfg.max_run_s:g} s reached"
         if self.sm.state == State.DAMPING:
             if self._damping_since is None:
                 self._damping_since = t
@@ -201,8 +203,6 @@ class ControlLoop:
             return None
         if cfg.auto and cfg.script.finished(self.sm, t, self.motions_done):
             return "auto sequence finished"
-        if cfg.max_run_s is not None and t > cfg.max_run_s:
-            return f"max_run_s {cfg.max_run_s:g} s reached"
         return None
 
     def _shutdown_damping(self, seconds: float) -> None:

@@ -277,3 +277,17 @@ def test_exception_in_the_loop_sends_damping_and_latches(stand_art, estimator):
     assert loop.sm.state == State.DAMPING
     assert [e["kind"] for e in loop.monitor.events] == ["exception"]
     assert "onnxruntime went away" in loop.monitor.events[0]["detail"]
+
+
+def test_max_run_s_ends_a_run_in_damping_too(stand_art, estimator):
+    """Without --auto a DAMPING run streams damping until stopped (exit_on_damping False), but max_run_s is a
+    hard stop: a 1 h soak whose loop tripped at 50 min must still end (it did not: measured 63.6 min)."""
+    link = FakeLink()
+    loop = ControlLoop(LoopConfig(policy_dir=str(stand_art.path), exit_on_damping=False, max_run_s=10.0), stand_art,
+                       link, echo=lambda s: None, estimator=estimator)
+    from safety import WatchdogConfig
+
+    loop.init_run_state(0.0, WatchdogConfig(1e9, 1e9, 1e9))
+    loop.sm.go(State.DAMPING, 1.0, "test")
+    assert loop._should_end(5.0) is None  # damping, before the limit: keep streaming damping
+    assert loop._should_end(10.5) == "max_run_s 10 s reached"
