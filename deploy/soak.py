@@ -230,8 +230,12 @@ def main(argv=None) -> int:
     p.add_argument("--push-n", type=float, default=40.0, help="push force (N, 0.2 s)")
     p.add_argument("--domain", type=int, default=None)
     p.add_argument("--out", default=None, help="parent of <stamp>/soak.json (default runs/soak)")
+    p.add_argument("--results", default=None, help="also write the soak summary here (e.g. results/soak_60min.json)")
     a = p.parse_args(argv)
     s = run(a.minutes, a.motion, a.push_every_s, a.push_n, domain=a.domain, out_root=a.out)
+    if a.results:
+        Path(a.results).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.results).write_text(Path(s["path"]).read_text())
     for m in (m for m in s["per_minute"] if m["complete"]):
         print(f"  minute {m['minute']:3d}: ticks {m['ticks']:6d}  misses {m['deadline_misses']:3d}  "
               f"period error p99 {m['stream_period_error_p99']:.3f}  max lateness {m['max_lateness_ms']:.2f} ms")
