@@ -5,6 +5,8 @@ does (its own process, --auto, stand policy or --motion) and reads its summary:
   deploy_compute_ms_p50/p99          per policy tick: estimator + observation + ONNX + safety
   deploy_estimator_ms_p50/p99, deploy_policy_ms_p50/p99 (observation + ONNX), deploy_safety_ms_p50/p99,
   deploy_policy_ticks                the policy ticks they are taken over (200 for the 4 s stand)
+  deploy_pinned_*                    the same dry run with the loop on a core of its own (deploy --cpus N), the
+                                     bridge and this process on the others (side by side with the keys above)
   deploy_stream_period_error_p50/p99 |LowCmd send interval - 2 ms| / 2 ms over the whole run
   deploy_deadline_misses, deploy_ticks, deploy_max_lateness_ms
 then a second run in which the virtual remote presses Select during POLICY:
@@ -38,14 +40,14 @@ def _domain() -> int:
     return int(os.environ.get("G1_BENCH_DDS_DOMAIN", 100 + (os.getpid() + 60) % 116))
 
 
-def _cli(domain: int, run_root: str, motion: str):
+def _cli(domain: int, run_root: str, motion: str, extra: tuple = ()):
     import subprocess
     import sys
 
     repo = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")])))
     cmd = [sys.executable, "-u", "-m", "deploy.cli", "--robot", "sim", "--no-bridge", "--domain", str(domain),
-           "--motion", motion, "--run-root", run_root, "--no-plot", "--quiet"]
+           "--motion", motion, "--run-root", run_root, "--no-plot", "--quiet", *extra]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(repo),
                             stdin=subprocess.DEVNULL)
 
@@ -107,6 +109,11 @@ def run(motion: str = "stand") -> dict:
                 "deploy_deadline_misses": s["deadline_misses"], "deploy_ticks": s["ticks"],
                 "deploy_max_lateness_ms": s["max_lateness_ms"], "deploy_scheduling": s.get("scheduling"),
             })
+            # 1b. the same dry run with the loop pinned to a core of its own (deploy --cpus), the bridge and this
+            # process on the others: what an isolated core on the robot gives (warm caches between ticks)
+            out.update(pinned_run(domain, tmp, motion, bridge.proc.pid, sim))
+            if "deploy_pinned_compute_ms_p99" in out:
+                out["deploy_pinned_compute_p99_ratio"] = out["deploy_pinned_compute_ms_p99"] / out["deploy_compute_ms_p99"]
             # 2. e-stop latency: Select pressed 1 s into POLICY
             sim.reset()
             t_start = time.monotonic()
@@ -130,6 +137,36 @@ def run(motion: str = "stand") -> dict:
             obs.close()
             sim.close()
     return out
+
+
+def pinned_run(domain: int, tmp: str, motion: str, bridge_pid: int, sim) -> dict:
+    """Dry run with `deploy --cpus <last core>`; the bridge and this process on the other cores, restored after."""
+    from deploy.realtime import pin_process
+
+    allowed = frozenset(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        return {"deploy_pinned": "skipped: one core"}
+    loop_cpu = max(allowed)
+    rest = allowed - {loop_cpu}
+    sim.reset()
+    pin_process(rest, bridge_pid)
+    try:
+        proc = _cli(domain, tmp, motion, ("--cpus", str(loop_cpu)))
+        pin_process(rest)  # this process's DDS readers too, once the loop has started with the full set
+        s = _summary(proc)
+    finally:
+        pin_process(allowed, bridge_pid)
+        pin_process(allowed)
+    if s["final_state"] != "HOLD" or s["safety_events"]:
+        raise RuntimeError(f"pinned dry run did not finish cleanly: {s['final_state']} {s['safety_events']}")
+    log = read_log(s["run_dir"])
+    return {"deploy_pinned_cpus": s.get("cpus"),
+            "deploy_pinned_compute_ms_p50": s["compute_ms_p50"], "deploy_pinned_compute_ms_p99": s["compute_ms_p99"],
+            "deploy_pinned_estimator_ms_p99": float(np.percentile(log["pol_est_ms"], 99)),
+            "deploy_pinned_policy_ms_p99": float(np.percentile(log["pol_policy_ms"], 99)),
+            "deploy_pinned_safety_ms_p99": float(np.percentile(log["pol_safety_ms"], 99)),
+            "deploy_pinned_stream_period_error_p99": s["stream_period_error_p99"],
+            "deploy_pinned_deadline_misses": s["deadline_misses"]}
 
 
 BUSY = "import time\nwhile True:\n    pass\n"

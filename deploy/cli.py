@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import signal
 import sys
@@ -68,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibration", default=None,
                    help="calibration YAML or robot id (calibration/<id>.yaml): IMU biases for the estimator, joint "
                         "offsets (q - offset), compared in pre-flight with the policy's training calibration")
+    p.add_argument("--cpus", default=None, metavar="N[,M]",
+                   help="pin the loop's process to these cores (e.g. 1, or 2,3; on the robot cores isolated with "
+                        "isolcpus): warm caches between ticks; sim: the bridge stays on the others")
     p.add_argument("--allow-other-robot-calibration", action="store_true",
                    help="deploy a policy trained with another robot's calibration (pre-flight refuses it otherwise)")
     return p
@@ -151,6 +155,14 @@ def main(argv=None) -> int:
             except ValueError as e:
                 raise PreflightError(f"calibration rejected: {e}") from e
             offsets = tuple(float(x) for x in joint_offsets(calib))
+        cpus = None
+        if args.cpus is not None:
+            from deploy.realtime import parse_cpus
+
+            try:
+                cpus = parse_cpus(args.cpus)
+            except ValueError as e:
+                raise PreflightError(str(e)) from e
         if args.robot == "g1":
             confirm_real_robot(args)
     except PreflightError as e:
@@ -199,6 +211,16 @@ def main(argv=None) -> int:
             from deploy.realtime import boost_process
 
             echo(f"[deploy] sim bridge scheduling: {boost_process(bridge.proc.pid, BRIDGE_PRIORITY)}")
+            if cpus is not None:  # the bridge (the robot's stand-in) keeps the other cores
+                from deploy.realtime import pin_process
+
+                others = frozenset(os.sched_getaffinity(0)) - cpus
+                if others:
+                    echo(f"[deploy] sim bridge pinned to {pin_process(others, bridge.proc.pid)}")
+        if cpus is not None:
+            from deploy.realtime import pin_process
+
+            echo(f"[deploy] loop pinned to {pin_process(cpus)}")
         summary = run(cfg, echo=echo, on_loop=lambda loop: holder.__setitem__("loop", loop))
     except PreflightError as e:
         print(f"deploy: error: {e}", file=sys.stderr, flush=True)

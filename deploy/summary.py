@@ -5,6 +5,8 @@ estimator RMSE, pelvis apex, flight time).
 """
 from __future__ import annotations
 
+import os
+
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -73,6 +75,7 @@ def write_results(loop: ControlLoop, final_state: str, end_t: float) -> dict:
         "transitions": [{"time": round(a, 4), "from": b, "to": c, "reason": d} for a, b, c, d in loop.sm.transitions],
         "lowstate_crc_errors": loop.link.crc_errors,
         "scheduling": getattr(loop, "scheduling", None),
+        "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "ground_truth": gt.get("info"),
         "policy": {"format": loop.art.spec.format, "kind": loop.art.spec.kind, "source": loop.art.spec.source},
         "velocity": _velocity(loop, ticks) if loop.runtime.kind == "velocity" else None,

@@ -3,6 +3,7 @@ a DDS subscriber on rt/lowcmd in this process that hears nothing.
 
 The first test runs with nothing on the domain (no LowState at all); the module's bridge starts
 with the first test that asks for it."""
+import re
 import time
 
 import pytest
@@ -151,6 +152,24 @@ def test_real_robot_needs_interface_domain_and_confirmation(tmp_path):
     assert r.returncode == EXIT_PREFLIGHT and "--i-know-this-is-a-real-robot" in r.stderr
     r = run_cli("--robot", "g1", "--motion", "stand", "--net-if", "lo")  # stdin is not a terminal
     assert r.returncode == EXIT_PREFLIGHT and "needs an interactive confirmation" in r.stderr
+
+
+def test_bad_cpus_refused_before_anything_starts():
+    import os
+
+    from deploy.realtime import parse_cpus
+
+    allowed = sorted(os.sched_getaffinity(0))
+    assert parse_cpus(str(allowed[-1])) == {allowed[-1]}
+    assert parse_cpus(f"{allowed[0]}-{allowed[-1]}") == set(allowed)
+    assert parse_cpus(",".join(map(str, allowed))) == set(allowed)
+    for text, phrase in ((str(max(allowed) + 1), f"may run on cores {allowed}"), ("one", "expected core numbers"),
+                         ("", "may run on cores")):
+        with pytest.raises(ValueError, match=re.escape(phrase)):
+            parse_cpus(text)
+    r = run_cli("--robot", "sim", "--motion", "stand", "--cpus", str(max(allowed) + 1))  # no bridge started
+    assert r.returncode == EXIT_PREFLIGHT and f"this process may run on cores {allowed}" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "starting the sim bridge" not in r.stdout
 
 
 def test_mode_machine_check():

@@ -3,6 +3,7 @@
 PASSIVE -> STAND_UP -> HOLD -> POLICY -> HOLD with --auto, and writes its summary; and the loop
 reaching damping when its bridge is killed (a bridge of its own, so this module has no shared one)."""
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -77,9 +78,12 @@ def test_jump_dry_run_flies_lands_and_holds(dds_domain, tmp_path):
     """The README's first command, `make deploy ROBOT=sim MOTION=jump`, with the committed trained
     jump: the bridge's ground truth shows a flight (both feet off the floor) and no fall, and the
     run ends in HOLD with exit status 0."""
-    r = run_cli("--robot", "sim", "--motion", "jump", "--domain", dds_domain, "--run-root", tmp_path, timeout=180)
+    core = max(os.sched_getaffinity(0))  # and with the loop pinned to a core (deploy --cpus; the bridge on the rest)
+    r = run_cli("--robot", "sim", "--motion", "jump", "--domain", dds_domain, "--run-root", tmp_path, "--cpus", core,
+                timeout=180)
     assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
     s = summary_of(r.stdout)
+    assert s["cpus"] == [core]
     assert s["final_state"] == "HOLD" and s["safety_events"] == [] and s["fell"] is False
     assert s["policy_ticks"] == 230  # the 4.6 s jump at 50 Hz
     assert s["gt_flight_s"] > 0.08, s["gt_flight_s"]  # reference flight 0.2 s; measured 0.14 s
