@@ -187,18 +187,18 @@ class BridgeModelConfig:
     damping_scale: float = 1.0
     frictionloss_scale: float = 1.0
     extra_joint_damping: float = 0.0  # Nm s/rad added to every motor joint
-    # Foot-floor contact (sim/creep.py measures creep per setting; the defaults keep the MJCF's contact:
-    # condim 3 foot spheres, pyramidal cone, no noslip). None / 0 = unchanged.
+    # Foot-floor contact (sim/creep.py measures creep per setting). None / 0 = the MJCF's (condim 3 foot spheres,
+    # pyramidal cone, no noslip); `contact` names a preset of BRIDGE_CONTACT that fills the fields left unset.
     foot_condim: int | None = None  # 3 sliding, 4 + torsional, 6 + rolling friction
     foot_friction: tuple[float, float, float] | None = None  # (sliding, torsional m, rolling m) of the foot spheres
     cone: str | None = None  # "pyramidal" | "elliptic"
     noslip_iterations: int = 0  # MuJoCo's noslip post-solver: removes the soft friction constraints' slip
-    contact: str | None = None  # a name in BRIDGE_CONTACT: fills the fields above that are left unset
+    contact: str | None = "noslip"  # a name in BRIDGE_CONTACT ("mjcf": the MJCF's contact, which creeps)
 
 
 # Named foot-contact settings of the bridge (measured in results/bridge_creep.json, README "Sim bridge").
-# "noslip" (4 noslip iterations) is the chosen one: foot slide 5.9 -> 0.16 mm/s, foot yaw 0.5 -> 0.14 mrad/s
-# at +-5 Nm hip yaw, stands at +-10 Nm where "mjcf" turns and falls; physics step ~1.3x, lockstep RTF ~0.9x.
+# "noslip" (4 noslip iterations) is the chosen one and the default: foot slide 5.9 -> 0.16 mm/s, foot yaw 0.5 ->
+# 0.14 mrad/s at +-5 Nm hip yaw, stands at +-10 Nm where "mjcf" turns and falls; physics step 1.28x, lockstep RTF 2.35.
 BRIDGE_CONTACT = {
     "mjcf": {},
     "noslip": {"noslip_iterations": 4},

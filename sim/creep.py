@@ -40,7 +40,9 @@ RESULTS = REPO_ROOT / "results" / "bridge_creep.json"
 HIP_YAW = (g1.JOINT_NAMES.index("left_hip_yaw_joint"), g1.JOINT_NAMES.index("right_hip_yaw_joint"))
 TRANSIENT_S = 1.0
 
-# the settings compared (name -> BridgeModelConfig fields); "mjcf" is the bridge's default contact
+# the settings compared (name -> BridgeModelConfig fields over the MJCF's contact, BASE); the bridge's default is
+# "noslip 4" (robots.model.BRIDGE_CONTACT)
+BASE = BridgeModelConfig(contact="mjcf")
 SETTINGS = {
     "mjcf (condim 3, pyramidal)": {},
     "condim 4": {"foot_condim": 4},
@@ -172,7 +174,7 @@ def timing(names: list[str], rounds: int, domain: int) -> dict:
     raw = {n: {"physics_step_us": [], "lockstep_rtf": []} for n in names}
     for _ in range(rounds):
         for n in names:
-            cfg = dataclasses.replace(BridgeModelConfig(), **SETTINGS[n])
+            cfg = dataclasses.replace(BASE, **SETTINGS[n])
             raw[n]["physics_step_us"].append(step_cost_us(cfg))
             raw[n]["lockstep_rtf"].append(lockstep_rtf(bridge_args(SETTINGS[n]), domain))
             print(f"  {n:28s} step {raw[n]['physics_step_us'][-1]:6.0f} us  rtf {raw[n]['lockstep_rtf'][-1]:.2f}",
@@ -187,8 +189,8 @@ def timing(names: list[str], rounds: int, domain: int) -> dict:
 
 
 def bridge_args(fields: dict) -> list[str]:
-    """sim CLI flags of a BridgeModelConfig contact setting."""
-    out = []
+    """sim CLI flags of a BridgeModelConfig contact setting (over the MJCF's contact)."""
+    out = ["--contact", "mjcf"]
     if "foot_condim" in fields:
         out += ["--foot-condim", str(fields["foot_condim"])]
     if "foot_friction" in fields:
@@ -232,7 +234,7 @@ def main(argv=None) -> int:
         row: dict = {"fields": {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}}
         steps = []
         for tq in torques:
-            r = creep(dataclasses.replace(BridgeModelConfig(), **fields), args.seconds, tq)
+            r = creep(dataclasses.replace(BASE, **fields), args.seconds, tq)
             steps.append(r.pop("physics_step_us"))
             row[f"{tq:g}Nm"] = r
             print(f"{name:28s} {tq:4g} Nm  yaw {r['yaw_rate_rad_s']:+.5f} rad/s  feet {r['foot_yaw_rate_rad_s'][0]:+.5f} "
