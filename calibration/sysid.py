@@ -144,6 +144,13 @@ class GroupFit:
 # ----------------------------------------------------------------------------- replay model
 
 
+# The replay's (and the sim calibration bridge's, calibration.cli.SIM_SUPPORT_ARGS) contact setting: the MJCF's,
+# no noslip. MuJoCo's noslip post-solver also hardens the joints' dry friction (frictionloss), which MJX (training)
+# cannot: fitted on it, friction loss would mean something else, and the held pose settles where stiction stops it
+# (measured: wrist pitch 6.5 mrad off the gravity-sag prediction, bound 5).
+REPLAY_CONTACT = "mjcf"
+
+
 class ReplayModel:
     """The bridge model with the pelvis fixed and contacts off; candidate parameter variants.
 
@@ -166,7 +173,7 @@ class ReplayModel:
         m = base
         from robots.model import build_bridge_model
 
-        self.full = build_bridge_model(BridgeModelConfig(mjcf=mjcf))  # floating base, for dof_invweight0
+        self.full = build_bridge_model(BridgeModelConfig(mjcf=mjcf, contact=REPLAY_CONTACT))  # floating, dof_invweight0
         self.full_dadr = motor_dof_adr(self.full)
         self._full_data = mujoco.MjData(self.full)
         self.qadr = motor_qpos_adr(m)
@@ -188,7 +195,7 @@ class ReplayModel:
 
     @staticmethod
     def _compile(cfg: BridgeModelConfig) -> mujoco.MjModel:
-        spec = build_bridge_spec(cfg)
+        spec = build_bridge_spec(dataclasses.replace(cfg, contact=REPLAY_CONTACT))
         for j in list(spec.joints):
             if j.type == mujoco.mjtJoint.mjJNT_FREE:
                 j.type = mujoco.mjtJoint.mjJNT_BALL  # the robot hangs: the pelvis rotates, does not translate

@@ -172,7 +172,7 @@ def simulate_wrists(params=TRUE, seconds=2.5, seed=1):
     """Oracle log: robots/model.py's builder with the parameters baked in (BridgeModelConfig), pelvis
     fixed, contacts off, friction-loss regularisation (dof_invweight0) as the floating bridge model
     compiles it, the drive law every 1 ms step, LowState/LowCmd every 2 ms, wrists excited."""
-    cfg = BridgeModelConfig(armature_scale=params.armature_scale, extra_joint_damping=params.damping,
+    cfg = BridgeModelConfig(contact="mjcf", armature_scale=params.armature_scale, extra_joint_damping=params.damping,
                             frictionloss_scale=params.frictionloss_scale)
     spec = build_bridge_spec(cfg)
     for jnt in list(spec.joints):
