@@ -52,6 +52,12 @@ def _cli(domain: int, run_root: str, motion: str, extra: tuple = ()):
                             stdin=subprocess.DEVNULL)
 
 
+def _stage_p99(log: dict, prefix: str) -> dict:
+    """p99 of each policy-tick stage (estimator, observation + ONNX, safety) from a run's log."""
+    return {f"{prefix}{k}_ms_p99": float(np.percentile(log[col], 99))
+            for k, col in (("estimator", "pol_est_ms"), ("policy", "pol_policy_ms"), ("safety", "pol_safety_ms"))}
+
+
 def _summary(proc) -> dict:
     out, err = proc.communicate(timeout=120)
     for line in out.splitlines():
@@ -97,9 +103,7 @@ def run(motion: str = "stand") -> dict:
                 "deploy_estimator_ms_p50": float(np.median(log["pol_est_ms"])),
                 "deploy_policy_ms_p50": float(np.median(log["pol_policy_ms"])),
                 "deploy_safety_ms_p50": float(np.median(log["pol_safety_ms"])),
-                "deploy_estimator_ms_p99": float(np.percentile(log["pol_est_ms"], 99)),
-                "deploy_policy_ms_p99": float(np.percentile(log["pol_policy_ms"], 99)),
-                "deploy_safety_ms_p99": float(np.percentile(log["pol_safety_ms"], 99)),
+                **_stage_p99(log, "deploy_"),
                 "deploy_compute_target_ms_p99": 0.3,  # issue 16's target for deploy_compute_ms_p99
                 "deploy_policy_ticks": int(len(log["pol_est_ms"])),  # the samples behind the p99s above
                 "deploy_tick_work_ms_p50": float(np.percentile(log["work_ms"], 50)),
@@ -162,9 +166,7 @@ def pinned_run(domain: int, tmp: str, motion: str, bridge_pid: int, sim) -> dict
     log = read_log(s["run_dir"])
     return {"deploy_pinned_cpus": s.get("cpus"),
             "deploy_pinned_compute_ms_p50": s["compute_ms_p50"], "deploy_pinned_compute_ms_p99": s["compute_ms_p99"],
-            "deploy_pinned_estimator_ms_p99": float(np.percentile(log["pol_est_ms"], 99)),
-            "deploy_pinned_policy_ms_p99": float(np.percentile(log["pol_policy_ms"], 99)),
-            "deploy_pinned_safety_ms_p99": float(np.percentile(log["pol_safety_ms"], 99)),
+            **_stage_p99(log, "deploy_pinned_"),
             "deploy_pinned_stream_period_error_p99": s["stream_period_error_p99"],
             "deploy_pinned_deadline_misses": s["deadline_misses"]}
 

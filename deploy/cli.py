@@ -28,6 +28,7 @@ from pathlib import Path
 
 from comm import dds
 from comm.sim_process import BridgeLaunchError
+from deploy import realtime
 from deploy.preflight import PreflightError
 from policies.artifact import POLICY_ROOT, YAML_NAME, available_motions
 
@@ -157,10 +158,8 @@ def main(argv=None) -> int:
             offsets = tuple(float(x) for x in joint_offsets(calib))
         cpus = None
         if args.cpus is not None:
-            from deploy.realtime import parse_cpus
-
             try:
-                cpus = parse_cpus(args.cpus)
+                cpus = realtime.parse_cpus(args.cpus)
             except ValueError as e:
                 raise PreflightError(str(e)) from e
         if args.robot == "g1":
@@ -208,19 +207,13 @@ def main(argv=None) -> int:
             bridge_ctx = launch_bridge_process(["--gt-decimation", "5", *shlex.split(args.bridge_args)], domain=args.domain,
                                                interface=args.net_if)
             bridge = bridge_ctx.__enter__()
-            from deploy.realtime import boost_process
-
-            echo(f"[deploy] sim bridge scheduling: {boost_process(bridge.proc.pid, BRIDGE_PRIORITY)}")
+            echo(f"[deploy] sim bridge scheduling: {realtime.boost_process(bridge.proc.pid, BRIDGE_PRIORITY)}")
             if cpus is not None:  # the bridge (the robot's stand-in) keeps the other cores
-                from deploy.realtime import pin_process
-
                 others = frozenset(os.sched_getaffinity(0)) - cpus
                 if others:
-                    echo(f"[deploy] sim bridge pinned to {pin_process(others, bridge.proc.pid)}")
+                    echo(f"[deploy] sim bridge pinned to {realtime.pin_process(others, bridge.proc.pid)}")
         if cpus is not None:
-            from deploy.realtime import pin_process
-
-            echo(f"[deploy] loop pinned to {pin_process(cpus)}")
+            echo(f"[deploy] loop pinned to {realtime.pin_process(cpus)}")
         summary = run(cfg, echo=echo, on_loop=lambda loop: holder.__setitem__("loop", loop))
     except PreflightError as e:
         print(f"deploy: error: {e}", file=sys.stderr, flush=True)
