@@ -10,7 +10,8 @@ reads the per-minute timing from the streamed log afterwards. Writes runs/soak/<
 
   rss_mb [[t, MB], ...] while the loop runs, rss_growth_after_warmup_mb (max RSS after warm-up - RSS at
   warm-up), rss_after_loop_mb (the summary reading the log back, after the loop),
-  per_minute [{minute, ticks, deadline_misses (woke > 1 period late), stream_period_error_p99, ...}],
+  per_minute [{minute, ticks, deadline_misses (woke > 1 period late), stream_period_error_p99, work_ms_p50,
+  ...}],
   log_bytes, log_mb_per_min, log_dropped_chunks, motions, pushes, final_state, safety_events, deploy summary
 
 Ctrl-C (SIGINT) ends a soak early: the loop damps and writes its summary, and soak.json reports what ran
@@ -54,9 +55,12 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
-def per_minute(t: np.ndarray, sent: np.ndarray, lateness: np.ndarray, period: float = g1.COMMAND_DT) -> list[dict]:
+def per_minute(t: np.ndarray, sent: np.ndarray, lateness: np.ndarray, work_ms: np.ndarray | None = None,
+               period: float = g1.COMMAND_DT) -> list[dict]:
     """Per minute of run time: ticks, deadline misses (woke more than one period late, as safety's
-    DeadlineWatchdog counts), |send interval - period| / period p50 / p99, worst lateness."""
+    DeadlineWatchdog counts), |send interval - period| / period p50 / p99, worst lateness, and the loop's
+    own work per tick (wake to command sent, ms) p50 / p99. Misses count what the host did to the process
+    (a shared machine's stalls); the work median is what a slowdown of the software itself would grow."""
     out = []
     if len(t) == 0:
         return out
@@ -72,6 +76,10 @@ def per_minute(t: np.ndarray, sent: np.ndarray, lateness: np.ndarray, period: fl
                     "stream_period_error_p50": float(np.percentile(e, 50)) if e.size else None,
                     "stream_period_error_p99": float(np.percentile(e, 99)) if e.size else None,
                     "max_lateness_ms": float(np.max(lateness[sel]) * 1e3)})
+        if work_ms is not None:
+            w = work_ms[sel][np.isfinite(work_ms[sel])]
+            out[-1]["work_ms_p50"] = float(np.percentile(w, 50)) if w.size else None
+            out[-1]["work_ms_p99"] = float(np.percentile(w, 99)) if w.size else None
     return out
 
 
@@ -174,8 +182,8 @@ def run(minutes: float, motion: str = "stand", push_every_s: float = 15.0, push_
     if not summary_line:
         raise RuntimeError(f"soak: the deploy run did not finish (exit {proc.returncode}):\n{out}\n{err[-3000:]}")
     s = json.loads(Path(summary_line[0][len("summary: "):]).read_text())
-    log = read_log(s["run_dir"], {"tick": ["t", "sent", "lateness"]})
-    pm = per_minute(log["t"], log["sent"], log["lateness"])
+    log = read_log(s["run_dir"], {"tick": ["t", "sent", "lateness", "work_ms"]})
+    pm = per_minute(log["t"], log["sent"], log["lateness"], log["work_ms"])
     soak_min = minutes if interrupted is None else interrupted / 60
     soak = {
         "minutes": round(soak_min, 2), "minutes_requested": minutes,
@@ -238,7 +246,8 @@ def main(argv=None) -> int:
         Path(a.results).write_text(Path(s["path"]).read_text())
     for m in (m for m in s["per_minute"] if m["complete"]):
         print(f"  minute {m['minute']:3d}: ticks {m['ticks']:6d}  misses {m['deadline_misses']:3d}  "
-              f"period error p99 {m['stream_period_error_p99']:.3f}  max lateness {m['max_lateness_ms']:.2f} ms")
+              f"period error p99 {m['stream_period_error_p99']:.3f}  max lateness {m['max_lateness_ms']:.2f} ms  "
+              f"work p50/p99 {m['work_ms_p50']:.3f}/{m['work_ms_p99']:.3f} ms")
     print(f"[soak] {s['minutes']:g} min, {s['motions']} motions, {s['pushes']} pushes: final {s['final_state']}, "
           f"safety events {len(s['safety_events'])}; RSS {_mb(s['rss_start_mb'])} -> {_mb(s['rss_end_mb'])} MB "
           f"(growth after {s['warmup_s']:g} s warm-up {_mb(s['rss_growth_after_warmup_mb'], 2)} MB); log "

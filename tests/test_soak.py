@@ -1,7 +1,16 @@
 """A 2-minute soak (`make soak MINUTES=2`): the deploy CLI against the sim bridge in real time, a scripted
 remote running the stand motion again and again, pushes every 15 s. Memory after warm-up stays flat
-(< 10 MB growth; the in-memory log of before grew ~1 MB/s = 90 MB here), deadline misses do not grow from
-the first minute to the second, the streamed log lost nothing."""
+(< 10 MB growth; the in-memory log of before grew ~1 MB/s = 90 MB here), the loop's own work per tick does
+not grow from the first minute to the second, deadline misses stay a small fraction of the ticks, the
+streamed log lost nothing.
+
+Why the work median and not the miss count for "no growing misses": a miss is a wake-up more than a period
+late, which on a shared 2-core CI machine is mostly what the host does to the process. Measured on CI
+(stop 20): 89 misses in minute 0, 632 in minute 1, with 1250 of that minute's 30000 ticks never run (2.5 s
+of the process not scheduled), at SCHED_FIFO; on this machine's 1 h soak minute 51 had 344 while a job on
+the same core ended, the others 0-35 (results/soak_60min.json). A slowdown of the software itself (a
+growing list, a leak the GC walks) raises the median of the loop's own work (wake to command sent), which
+host stalls barely move."""
 import json
 
 import pytest
@@ -18,8 +27,10 @@ def test_per_minute_hand_values():
     t = np.array([0.0, 0.002, 0.004, 60.0, 60.003])
     sent = t.copy()
     late = np.array([0.0, 0.003, 0.0, 0.0, 0.0025])  # two woke > 1 period (2 ms) late
-    pm = soak.per_minute(t, sent, late)
+    work = np.array([0.2, 0.4, 0.3, 0.5, np.nan])  # a tick cut by the end of the log has no work time
+    pm = soak.per_minute(t, sent, late, work)
     assert [m["ticks"] for m in pm] == [3, 2] and [m["deadline_misses"] for m in pm] == [1, 1]
+    assert abs(pm[0]["work_ms_p50"] - 0.3) < 1e-12 and pm[1]["work_ms_p50"] == pm[1]["work_ms_p99"] == 0.5
     # send intervals 2, 2, (59.996), 3 ms -> errors 0, 0, ..., 0.5 of the period
     assert pm[0]["stream_period_error_p50"] == 0.0 and abs(pm[1]["stream_period_error_p99"] - 0.5) < 1e-9
     assert soak.rss_growth([(0, 100.0), (30, 120.0), (60, 125.0), (90, 121.0)], 30) == 5.0
@@ -35,10 +46,12 @@ def test_two_minute_soak(tmp_path, dds_domain):
     assert s["log_dropped_chunks"] == 0 and s["log_bytes"] > 0
     full = [m for m in s["per_minute"] if m["complete"]]
     assert len(full) == 2 and all(m["ticks"] > 0.9 * 60 / g1.COMMAND_DT for m in full)
-    assert full[1]["deadline_misses"] <= full[0]["deadline_misses"] + 10, full  # no growing misses
+    assert full[1]["work_ms_p50"] <= 1.3 * full[0]["work_ms_p50"] + 0.02, full  # the software does not slow down
+    assert all(m["deadline_misses"] < 0.05 * m["ticks"] for m in full), full  # CI's worst minute: 2.2 %
     assert s["rss_growth_after_warmup_mb"] < 10.0, s["rss_mb"]
     print(f"soak 2 min: RSS {s['rss_start_mb']:.1f} -> {s['rss_end_mb']:.1f} MB (growth after warm-up "
           f"{s['rss_growth_after_warmup_mb']:.2f} MB), misses per minute {[m['deadline_misses'] for m in full]}, "
+          f"work p50 per minute {[round(m['work_ms_p50'], 3) for m in full]} ms, "
           f"period error p99 per minute {[round(m['stream_period_error_p99'], 3) for m in full]}, "
           f"log {s['log_bytes'] / 1e6:.1f} MB")
 
