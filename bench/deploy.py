@@ -17,7 +17,11 @@ priority while the loop runs at SCHED_FIFO (root here; rtprio on the robot, READ
   deploy_contention_stream_period_error_p50/p99, deploy_contention_deadline_misses,
   deploy_contention_safety_events (a stale-state trip would show here), deploy_contention_compute_ms_p99
 
-    python -m bench.deploy [--motion stand]
+`compute_ticks()` (`python -m bench.deploy --compute`) times the same stages in-process, without DDS: recorded
+bench/estimator.py sensor samples replayed through Estimator.update, PolicyRuntime.step and SafetyMonitor.step,
+one policy tick per sample, p50/p99 per stage.
+
+    python -m bench.deploy [--motion stand] [--compute [--ticks N] [--sleep-ms 1.5]]
 """
 from __future__ import annotations
 
@@ -198,6 +202,56 @@ def contention_run(dry_run, busy: int = 2) -> dict:
             "deploy_contention_max_lateness_ms": s["max_lateness_ms"]}
 
 
+def compute_ticks(n: int = 5000, motion: str = "jump", sleep_s: float = 0.0, scenario: str = "step") -> dict:
+    """p50/p99 (ms) of each policy-tick stage over `n` ticks: estimator, observation + ONNX, safety, and their sum.
+    `sleep_s` idles before each tick, as the loop does between ticks (what runs meanwhile evicts the caches)."""
+    from bench import estimator as B
+    from deploy.estimator import Estimator, EstimatorConfig
+    from policies.artifact import artifact_dir, load_artifact
+    from policies.runtime import PolicyRuntime
+    from robots import g1
+    from robots import model as robot_model
+    from safety import SafetyMonitor
+
+    m = robot_model.build_bridge_model()
+    samples = []
+    B.simulate(scenario, duration=n / 500.0 + 0.01, model=m, inject=lambda k, s: samples.append(s) or s)
+    samples = samples[:n]
+    noise = B.SensorNoise()
+    est = Estimator(EstimatorConfig(gyro_bias=noise.gyro_bias, accel_bias=noise.accel_bias), model=m)
+    rt = PolicyRuntime(load_artifact(artifact_dir(motion)))
+    gains = None if (np.array_equal(rt.kp, g1.KP) and np.array_equal(rt.kd, g1.KD)) else (rt.kp, rt.kd)
+    mon = SafetyMonitor()
+    est.reset(samples[0]["q"], samples[0]["quat"], 0.0)
+    mon.reset_target(samples[0]["q"])
+    wall, cpu = np.zeros((len(samples), 4)), np.zeros((len(samples), 4))
+    clock, cpu_clock = time.perf_counter, time.thread_time
+    for k, s in enumerate(samples):
+        if sleep_s:
+            time.sleep(sleep_s)
+        step = k % rt.n_steps
+        if step == 0:
+            rt.reset()
+        c0, t0 = cpu_clock(), clock()
+        e = est.update(k * g1.COMMAND_DT, s["q"], s["dq"], s["quat"], s["gyro"], s["accel"], s["tau"])
+        c1, t1 = cpu_clock(), clock()
+        out = rt.step(step, s["q"], s["dq"], e.gyro, s["quat"], e.base_lin_vel, e.base_height)
+        c2, t2 = cpu_clock(), clock()
+        mon.step(t2, s["q"], s["dq"], s["quat"], out.target, rx_time=t2, tick=k, gains=gains)
+        c3, t3 = cpu_clock(), clock()
+        wall[k], cpu[k] = (t0, t1, t2, t3), (c0, c1, c2, c3)
+    if mon.latched:
+        raise RuntimeError(f"compute bench: the safety monitor tripped: {mon.events}")
+    res = {"ticks": len(wall), "sleep_ms": sleep_s * 1e3}
+    # wall time (what the loop logs) and the thread's CPU time (the same without preemption by other processes)
+    for kind, a in (("", wall), ("cpu_", cpu)):
+        ms = np.diff(a, axis=1) * 1e3
+        for name, col in (("estimator", ms[:, 0]), ("policy", ms[:, 1]), ("safety", ms[:, 2]), ("compute", ms.sum(1))):
+            res[f"{kind}{name}_ms_p50"] = float(np.percentile(col, 50))
+            res[f"{kind}{name}_ms_p99"] = float(np.percentile(col, 99))
+    return res
+
+
 def _wait(pred, timeout: float):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -210,7 +264,11 @@ def _wait(pred, timeout: float):
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--motion", default="stand")
-    res = run(ap.parse_args().motion)
+    ap.add_argument("--motion", default=None, help="default: stand (dry runs), jump (--compute)")
+    ap.add_argument("--compute", action="store_true", help="in-process policy-tick stage timing only (no DDS)")
+    ap.add_argument("--ticks", type=int, default=5000)
+    ap.add_argument("--sleep-ms", type=float, default=0.0)
+    a = ap.parse_args()
+    res = compute_ticks(a.ticks, a.motion or "jump", a.sleep_ms * 1e-3) if a.compute else run(a.motion or "stand")
     for k, v in res.items():
         print(f"{k:36s} {v:.4g}" if isinstance(v, float) else f"{k:36s} {v}")
