@@ -33,6 +33,9 @@ def _preview(name: str, out: str | None) -> int:
         print(f"  flight {f['window_s']}: COM vx,vy take-off {f['com_vxy_takeoff'][0]:+.2f},{f['com_vxy_takeoff'][1]:+.2f} -> "
               f"touch-down {f['com_vxy_touchdown'][0]:+.2f},{f['com_vxy_touchdown'][1]:+.2f} m/s (change "
               f"{f['com_dvxy']:.2f}, ballistic 0), COM az {f['com_az_mean']:+.2f} m/s^2 (ballistic {f['g']:+.2f})")
+        print(f"    angular momentum about the COM, pitch: {f['angmom_y_takeoff']:+.2f} N m s at take-off, range "
+              f"{f['angmom_y_range']:.2f} in flight (constant if consistent): a free robot's pelvis would pitch "
+              f"{f['free_pitch_drift_deg']:+.1f} deg by touch-down")
     for k, v in summary(m).items():
         print(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
     print(png)

@@ -9,6 +9,14 @@ tracks it leaves the ground with momentum the reference does not plan for.
 A motion file with `ballistic: com` (motions.reference) solves the pelvis path so that this COM, not the
 pelvis, is ballistic in flight (`com_positions` is the FK that solve uses).
 
+Angular momentum, the other half: in the air the whole robot's angular momentum about its COM is
+constant. A reference that keeps the pelvis level while the legs tuck and the arms swing implies an
+angular momentum that changes in flight (`centroidal_angmom`), which only an external torque could give:
+a real robot's pelvis rotates instead. `flight_consistency` reports the pitch (y) component's range in
+each flight and the pelvis pitch a free-flying robot making the same joint motion would drift by,
+integral of (L_y(take-off) - L_y(t)) / I_yy(t) dt (I_yy: the whole robot's pitch inertia about its COM
+at the frame's joints), from a level pelvis at take-off.
+
 COM by forward kinematics of the reference (root position and orientation, joints) on the bridge model.
 """
 from __future__ import annotations
@@ -46,11 +54,81 @@ def com_trajectory(m: Motion) -> np.ndarray:
     return com_positions(pos, m.ref_q, m.ref_base_quat)
 
 
+def centroidal_angmom(pos: np.ndarray, quat: np.ndarray | None, q: np.ndarray, base_vel: np.ndarray,
+                      base_angvel: np.ndarray | None, dq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(T, 3) whole-robot angular momentum about its COM (world frame, N m s; mj_subtreeVel of the root
+    body) and (T,) pitch inertia I_yy about the COM (kg m^2: the momentum of a unit pitch rate with the
+    joints still) of root positions, orientations (None = upright), joints, root linear velocity (world),
+    root angular velocity (local frame, MuJoCo's free-joint convention; None = 0) and joint velocities."""
+    from motions.clips import _fk_model
+    from robots import model as RM
+
+    model, qadr = _fk_model()[:2]
+    dadr = RM.motor_dof_adr(model)
+    d = mujoco.MjData(model)
+    T = len(pos)
+    L, iyy = np.empty((T, 3)), np.empty(T)
+    for i in range(T):
+        d.qpos[:3] = pos[i]
+        d.qpos[3:7] = (1.0, 0.0, 0.0, 0.0) if quat is None else quat[i]
+        d.qpos[qadr] = q[i]
+        for k, (v, w, qd) in enumerate(((base_vel[i], None if base_angvel is None else base_angvel[i], dq[i]),
+                                        (np.zeros(3), np.array([0.0, 1.0, 0.0]), np.zeros_like(dq[i])))):
+            d.qvel[:] = 0.0
+            d.qvel[:3] = v
+            if w is not None:
+                d.qvel[3:6] = w
+            d.qvel[dadr] = qd
+            mujoco.mj_kinematics(model, d)
+            mujoco.mj_comPos(model, d)
+            mujoco.mj_comVel(model, d)
+            mujoco.mj_subtreeVel(model, d)
+            if k == 0:
+                L[i] = d.subtree_angmom[1]  # body 1: the pelvis, the root of the whole robot
+            else:
+                iyy[i] = d.subtree_angmom[1][1]
+    return L, iyy
+
+
+def _base_angvel(m: Motion) -> np.ndarray | None:
+    """Local-frame angular velocity of the reference's root by finite differences of its orientation."""
+    if m.ref_base_quat is None:
+        return None
+    qs = np.asarray(m.ref_base_quat, float)
+    out = np.zeros((len(qs), 3))
+    for i in range(len(qs)):
+        a, b = qs[max(i - 1, 0)], qs[min(i + 1, len(qs) - 1)]
+        if a is b:
+            continue
+        v = np.zeros(3)
+        mujoco.mju_subQuat(v, b, a)  # b = a * exp(v): v in a's local frame
+        out[i] = v / ((min(i + 1, len(qs) - 1) - max(i - 1, 0)) * m.dt)
+    return out
+
+
+def motion_angmom(m: Motion) -> tuple[np.ndarray, np.ndarray]:
+    """`centroidal_angmom` of a motion's reference."""
+    T = m.num_steps
+    pos = m.ref_base_pos if m.ref_base_pos is not None else np.c_[np.zeros((T, 2)), m.ref_height]
+    vel = m.ref_base_lin_vel if m.ref_base_lin_vel is not None else np.gradient(pos, m.dt, axis=0)
+    dq = m.ref_dq if m.ref_dq is not None else np.gradient(m.ref_q, m.dt, axis=0)
+    return centroidal_angmom(pos, m.ref_base_quat, m.ref_q, vel, _base_angvel(m), dq)
+
+
+def free_pitch_drift(L_y: np.ndarray, iyy: np.ndarray, dt: float) -> float:
+    """Pelvis pitch (rad) a free-flying robot gains over the samples (take-off first) when its joints make
+    the motion that gave the reference's L_y with a level pelvis: trapezoid of (L_y[0] - L_y) / I_yy."""
+    w = (L_y[0] - L_y) / iyy
+    return float(np.sum(0.5 * (w[1:] + w[:-1])) * dt)
+
+
 def flight_consistency(m: Motion, com: np.ndarray | None = None) -> list[dict]:
     """Per flight window (take-off, touch-down): the COM's horizontal velocity at take-off and at touch-down
-    (central differences one frame inside the window), its change (0 if ballistic), and the mean vertical
-    acceleration over the window's interior (-g if ballistic)."""
+    (central differences one frame inside the window), its change (0 if ballistic), the mean vertical
+    acceleration over the window's interior (-g if ballistic), and the angular momentum's pitch component
+    at take-off and its range over the window (0 if consistent) with the pelvis pitch drift it implies."""
     com = com_trajectory(m) if com is None else com
+    L, iyy = motion_angmom(m) if m.flight_windows else (None, None)
     v = np.gradient(com, m.dt, axis=0)
     a = np.gradient(v, m.dt, axis=0)
     out = []
@@ -61,5 +139,9 @@ def flight_consistency(m: Motion, com: np.ndarray | None = None) -> list[dict]:
         out.append({"window_s": (t0, t1), "com_vxy_takeoff": tuple(float(x) for x in v[i0, :2]),
                     "com_vxy_touchdown": tuple(float(x) for x in v[i1, :2]),
                     "com_dvxy": float(np.linalg.norm(v[i1, :2] - v[i0, :2])),
-                    "com_az_mean": float(a[i0 + 1:i1, 2].mean()), "g": -GRAVITY})
+                    "com_az_mean": float(a[i0 + 1:i1, 2].mean()), "g": -GRAVITY,
+                    "angmom_y_takeoff": float(L[i0 - 1, 1]),
+                    "angmom_y_range": float(np.ptp(L[i0 - 1:i1 + 2, 1])),
+                    "free_pitch_drift_deg": float(np.degrees(free_pitch_drift(L[i0 - 1:i1 + 2, 1], iyy[i0 - 1:i1 + 2],
+                                                                              m.dt)))})
     return out
