@@ -56,6 +56,15 @@ assert g1.LEG_L == slice(0, 6) and g1.LEG_R == slice(6, 12)
 _NX = 12
 
 
+def _frozen_contact(left: bool, right: bool) -> np.ndarray:
+    a = np.array([left, right])
+    a.setflags(write=False)
+    return a
+
+
+_CONTACT = {(a, b): _frozen_contact(a, b) for a in (False, True) for b in (False, True)}  # Estimate.foot_contact, shared
+
+
 class Estimator:
     """`reset(q, quat)` then `update(t, ...)` every tick; each update returns an Estimate.
 
@@ -65,23 +74,17 @@ class Estimator:
     def __init__(self, config: EstimatorConfig = EstimatorConfig(), model: mujoco.MjModel | None = None):
         self.config = config
         self.kin = kin = G1LegKinematics(model)
-        self._imu_pos = np.ascontiguousarray(kin.imu_pos, dtype=float)  # IMU point in the pelvis frame
-        self._imu_rot = np.ascontiguousarray(kin.imu_rot, dtype=float)  # IMU axes in the pelvis frame
-        self._imu_identity = bool(np.allclose(self._imu_rot, np.eye(3), atol=1e-9))
-        self._cfg = K.config_vector(config, kin.sole_radius)
+        identity = bool(np.allclose(kin.imu_rot, np.eye(3), atol=1e-9))  # IMU axes = pelvis axes
         qa = np.asarray(kin._qadr)
         self._qadr = kin._qadr
         self._qpos = kin._qpos[int(qa[0]):int(qa[-1]) + 1] if np.array_equal(qa, np.arange(qa[0], qa[0] + qa.size)) else None
-        idx = [np.ascontiguousarray(a, dtype=np.int64) for a in (kin._foot_site, kin._leg_jnt, kin._sole_geom)]
-        # the kernel's constant arguments: the IMU mounting, then the MjData arrays mj_kinematics fills and their rows
-        self._consts = (self._imu_rot, self._imu_pos, self._imu_identity, kin._site_xpos, kin._xaxis, kin._xanchor,
-                        kin._geom_xpos, *idx)
-        self._sole_geom = idx[2]
-        self.x, self.P = np.zeros(_NX), np.zeros((_NX, _NX))
-        self._w = np.zeros(self._sole_geom.shape, dtype=float)  # contact-point weights over the sole spheres
-        self._st = np.zeros(K.ST_N)  # the kernel's filter memory (contact, flight, timers)
-        self._u = np.zeros(K.U_N)  # this tick's input
-        self._out = np.zeros(K.OUT_N)  # this tick's estimate
+        self._buf, self._ibuf = K.pack(K.config_vector(config, kin.sole_radius), kin.imu_pos, kin.imu_rot, identity,
+                                       kin._foot_site, kin._leg_jnt, kin._sole_geom)
+        v = K.views(self._buf)
+        self.x, self.P = v.x, v.P
+        self._st, self._u, self._out = v.st, v.u, v.out  # the kernel's filter memory, this tick's input and estimate
+        # the MjData arrays mj_kinematics fills and the kernel reads
+        self._mj = (kin._site_xpos, kin._xaxis, kin._xanchor, kin._geom_xpos)
         self._flags = {}  # the few flag combinations of a good IMU sample, built once (immutable)
         self._initialized = False
         self._last: Estimate | None = None
@@ -89,13 +92,13 @@ class Estimator:
         self._warm_up()
 
     def _warm_up(self) -> None:
-        """Compile the kernels (or load them from numba's cache) now, on copies: never inside a tick."""
-        x, P, w, st, out, u = self.x.copy(), self.P.copy(), self._w.copy(), self._st.copy(), self._out.copy(), self._u.copy()
+        """Compile the kernels (or load them from numba's cache) now, on a copy of the state: never inside a tick."""
+        buf = self._buf.copy()
+        u = K.views(buf).u
         u[K.U_QUAT], u[K.U_ACC + 2] = 1.0, GRAVITY
         self._mj_kinematics(g1.DEFAULT_JOINT_POS)
-        K.reset(x, P, w, st, out, self._cfg, 0.0, u, 1.0, self._imu_rot, self._imu_pos, self._imu_identity,
-                self.kin._geom_xpos, self._sole_geom)
-        K.tick(x, P, w, st, out, self._cfg, 0.002, 0.002, u, 1.0, True, True, *self._consts)
+        K.reset(buf, self._ibuf, self._mj[3], 0.0, 1.0)
+        K.tick(buf, self._ibuf, *self._mj, 0.002, 0.002, 1.0, True, True)
 
     # ------------------------------------------------------------------ state
     def _reset_io(self):
@@ -128,14 +131,13 @@ class Estimator:
         u = self._u
         u[:] = 0.0
         u[K.U_QUAT:K.U_QUAT + 4] = quat
-        K.reset(self.x, self.P, self._w, self._st, self._out, self._cfg, t, u, float(np.linalg.norm(quat)),
-                self._imu_rot, self._imu_pos, self._imu_identity, self.kin._geom_xpos, self._sole_geom)
+        K.reset(self._buf, self._ibuf, self._mj[3], t, float(np.linalg.norm(quat)))
         self._contact = [bool(self._st[K.ST_C]), bool(self._st[K.ST_C + 1])]
         self._t_prev = t
         self._t_good = t
         self._fresh = True
         self._initialized = True
-        self._last = self._estimate(t, EstimatorFlags())
+        self._last = self._estimate(t, EstimatorFlags(), float(self._out[K.O_POS + 2]))
         return self._last
 
     # ---------------------------------------------------------------- helpers
@@ -147,12 +149,13 @@ class Estimator:
             self.kin._qpos[self._qadr] = q
         mujoco.mj_kinematics(self.kin.model, self.kin.data)
 
-    def _estimate(self, t: float, flags: EstimatorFlags) -> Estimate:
+    def _estimate(self, t: float, flags: EstimatorFlags, height: float) -> Estimate:
         a = self._out.copy()
         return Estimate(t=t, quat=a[K.O_QUAT:K.O_QUAT + 4], gyro=a[K.O_GYRO:K.O_GYRO + 3],
                         base_lin_vel=a[K.O_VB:K.O_VB + 3], base_lin_vel_world=a[K.O_VW:K.O_VW + 3],
-                        base_height=float(a[K.O_POS + 2]), base_pos=a[K.O_POS:K.O_POS + 3],
-                        foot_contact=np.array(self._contact), foot_force=a[K.O_FORCE:K.O_FORCE + 2], flags=flags)
+                        base_height=height, base_pos=a[K.O_POS:K.O_POS + 3],
+                        foot_contact=_CONTACT[self._contact[0], self._contact[1]], foot_force=a[K.O_FORCE:K.O_FORCE + 2],
+                        flags=flags)
 
     def _held(self, t, flags: EstimatorFlags) -> Estimate:
         last = self._last
@@ -241,12 +244,11 @@ class Estimator:
         has_tau = taul is not None
         if has_tau:
             u[K.U_TAU:K.U_TAU + _NLEG] = taul
-        on = K.tick(self.x, self.P, self._w, self._st, self._out, self._cfg, t, float(dt), u, qn, joints_ok, has_tau,
-                    *self._consts)
-        self._contact = [on[0], on[1]]
-        key = (not joints_ok, tau_nan, dt_gap, not (on[0] or on[1]))
+        c0, c1, height = K.tick(self._buf, self._ibuf, *self._mj, t, float(dt), qn, joints_ok, has_tau)
+        self._contact = [c0, c1]
+        key = (not joints_ok, tau_nan, dt_gap, not (c0 or c1))
         flags = self._flags.get(key)
         if flags is None:
             flags = self._flags[key] = EstimatorFlags(joints_nan=key[0], tau_nan=key[1], dt_gap=key[2], flight=key[3])
-        self._last = self._estimate(t, flags)
+        self._last = self._estimate(t, flags, height)
         return self._last

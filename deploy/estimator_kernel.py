@@ -4,19 +4,21 @@ points, leg Jacobians, foot forces, contact decisions, the Kalman updates, the o
 the Estimator owns. The same operations as the Python-float version it replaced, in the same order where the
 order is visible (tests/test_deploy_compute_estimator.py checks it tick by tick against the original filter).
 
-Array layout (all float64, C order, owned by the Estimator so the kernel is only ever called with one set of types
-and never compiles inside a tick; the Estimator calls it once at construction):
-  x (12,) [p, v, f_L, f_R] of the IMU point and the feet's contact points; P (12, 12)
-  w (2, S) the feet's contact-point weights over their sole spheres at the previous tick
-  st (ST_N,) filter memory: see the ST_* indices
-  u (U_N,) this tick's input: quat (raw), gyro, accel, leg dq (12), leg tau (12)
-  out (OUT_N,) the estimate: quat (unit), gyro (bias-corrected, IMU frame), base velocity (pelvis frame),
-      base velocity (world), base position, foot force (nan without torques)
-  cfg (CFG_N,) EstimatorConfig as numbers (`config_vector`)
+Arguments: two buffers the Estimator owns (so the kernel is only ever called with one set of types and never
+compiles inside a tick; the Estimator calls it once at construction), the MjData arrays mj_kinematics fills, and
+the tick's scalars: few arguments, because each costs the call ~0.5 us from a cold cache.
+  buf (float64): x (12) [p, v, f_L, f_R] of the IMU point and the feet's contact points; P (12, 12); st: filter
+      memory (the ST_* indices); out: the estimate (quat (unit), gyro (bias-corrected, IMU frame), base velocity
+      (pelvis frame), base velocity (world), base position, foot force (nan without torques)); cfg:
+      EstimatorConfig as numbers (`config_vector`); u: this tick's input (quat (raw), gyro, accel, leg dq (12),
+      leg tau (12)); the IMU's position and axes in the pelvis frame, whether those are the identity; w (2, S):
+      the feet's contact-point weights over their S sole spheres at the previous tick. `views` names them.
+  ibuf (int64): S, the foot sites (2), the leg joints (2, 6), the sole spheres' geoms (2, S).
 """
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -46,6 +48,17 @@ U_QUAT, U_GYRO, U_ACC, U_DQ, U_TAU, U_N = 0, 4, 7, 10, 22, 34
 # out indices
 O_QUAT, O_GYRO, O_VB, O_VW, O_POS, O_FORCE, OUT_N = 0, 4, 7, 10, 13, 16, 18
 NX = 12
+# buf offsets (w last: its size depends on the model)
+B_X = 0
+B_P = B_X + NX
+B_ST = B_P + NX * NX
+B_OUT = B_ST + ST_N
+B_CFG = B_OUT + OUT_N
+B_U = B_CFG + CFG_N
+B_IMU_POS = B_U + U_N
+B_IMU_ROT = B_IMU_POS + 3
+B_IDENT = B_IMU_ROT + 9
+B_W = B_IDENT + 1
 EPS6 = 1e-6  # damping of the foot-force normal equations (straight-knee singularity)
 
 
@@ -59,6 +72,35 @@ def config_vector(c, sole_radius: float) -> np.ndarray:
          c.init_vel_std, *c.gyro_bias, *c.accel_bias]
     assert len(v) == CFG_N
     return np.array(v, dtype=float)
+
+
+class Views(NamedTuple):
+    """Named views into the buffers (see the module docstring)."""
+
+    x: np.ndarray
+    P: np.ndarray
+    st: np.ndarray
+    out: np.ndarray
+    u: np.ndarray
+    w: np.ndarray
+
+
+def pack(cfg: np.ndarray, imu_pos, imu_rot, identity: bool, foot_site, leg_jnt, sole_geom) -> tuple[np.ndarray, np.ndarray]:
+    """(buf, ibuf) for one estimator, state zero."""
+    n = np.shape(sole_geom)[1]
+    buf = np.zeros(B_W + 2 * n)
+    buf[B_CFG:B_CFG + CFG_N] = cfg
+    buf[B_IMU_POS:B_IMU_POS + 3] = np.ravel(imu_pos)
+    buf[B_IMU_ROT:B_IMU_ROT + 9] = np.ravel(imu_rot)
+    buf[B_IDENT] = 1.0 if identity else 0.0
+    ibuf = np.concatenate([[n], np.ravel(foot_site), np.ravel(leg_jnt), np.ravel(sole_geom)]).astype(np.int64)
+    return buf, ibuf
+
+
+def views(buf: np.ndarray) -> Views:
+    n = (buf.size - B_W) // 2
+    return Views(buf[B_X:B_X + NX], buf[B_P:B_P + NX * NX].reshape(NX, NX), buf[B_ST:B_ST + ST_N],
+                 buf[B_OUT:B_OUT + OUT_N], buf[B_U:B_U + U_N], buf[B_W:B_W + 2 * n].reshape(2, n))
 
 
 # ---------------------------------------------------------------------- small pieces
@@ -249,8 +291,7 @@ def quad3(S, v):
 
 
 @_jit
-def reset(x, P, w, st, out, cfg, t, u, qn, imu_rot, imu_pos, identity, geom_xpos, sole_geom):
-    """At rest with the lower foot on the ground at height 0 (mj_kinematics already run at the sample's q)."""
+def _reset(x, P, w, st, out, cfg, t, u, qn, imu_rot, imu_pos, identity, geom_xpos, sole_geom):
     R_imu, R = np.empty((3, 3)), np.empty((3, 3))
     quat_rows(u[0] / qn, u[1] / qn, u[2] / qn, u[3] / qn, R_imu)
     pelvis_rot(R_imu, imu_rot, identity, R)
@@ -276,10 +317,8 @@ def reset(x, P, w, st, out, cfg, t, u, qn, imu_rot, imu_pos, identity, geom_xpos
 
 
 @_jit
-def tick(x, P, w_prev, st, out, cfg, t, dt, u, qn, joints_ok, has_tau, imu_rot, imu_pos, identity,
-         site_xpos, xaxis, xanchor, geom_xpos, foot_site, leg_jnt, sole_geom):
-    """One update on a good IMU sample (mj_kinematics already run at q when joints_ok). Returns the contact
-    per foot."""
+def _tick(x, P, w_prev, st, out, cfg, t, dt, u, qn, joints_ok, has_tau, imu_rot, imu_pos, identity,
+          site_xpos, xaxis, xanchor, geom_xpos, foot_site, leg_jnt, sole_geom):
     # --- the IMU sample: unit quaternion, bias-corrected rates and specific force (IMU frame)
     R_imu, R = np.empty((3, 3)), np.empty((3, 3))
     quat_rows(u[0] / qn, u[1] / qn, u[2] / qn, u[3] / qn, R_imu)
@@ -503,3 +542,32 @@ def tick(x, P, w_prev, st, out, cfg, t, dt, u, qn, joints_ok, has_tau, imu_rot, 
         kf_update(x, P, np.arange(3, 6), np.full(3, -1), np.array((0.0 - x[3], 0.0 - x[4], 0.0 - x[5])), Rh)
     output(out, x, R, u, qn, omega, force, imu_rot, imu_pos, identity)
     return on[0], on[1]
+
+
+# ---------------------------------------------------------------------- entry points (the buffers unpacked)
+
+
+@_jit
+def _unpack(buf, ibuf):
+    n = ibuf[0]
+    return (buf[B_X:B_X + NX], buf[B_P:B_P + NX * NX].reshape((NX, NX)), buf[B_W:B_W + 2 * n].reshape((2, n)),
+            buf[B_ST:B_ST + ST_N], buf[B_OUT:B_OUT + OUT_N], buf[B_CFG:B_CFG + CFG_N], buf[B_U:B_U + U_N],
+            buf[B_IMU_ROT:B_IMU_ROT + 9].reshape((3, 3)), buf[B_IMU_POS:B_IMU_POS + 3], buf[B_IDENT] != 0.0,
+            ibuf[1:3], ibuf[3:15].reshape((2, 6)), ibuf[15:15 + 2 * n].reshape((2, n)))
+
+
+@_jit
+def reset(buf, ibuf, geom_xpos, t, qn):
+    """At rest with the lower foot on the ground at height 0 (mj_kinematics already run at the sample's q)."""
+    x, P, w, st, out, cfg, u, imu_rot, imu_pos, identity, _, _, sole_geom = _unpack(buf, ibuf)
+    _reset(x, P, w, st, out, cfg, t, u, qn, imu_rot, imu_pos, identity, geom_xpos, sole_geom)
+
+
+@_jit
+def tick(buf, ibuf, site_xpos, xaxis, xanchor, geom_xpos, t, dt, qn, joints_ok, has_tau):
+    """One update on a good IMU sample (mj_kinematics already run at q when joints_ok). Returns the contact per
+    foot and the base height."""
+    x, P, w, st, out, cfg, u, imu_rot, imu_pos, identity, foot_site, leg_jnt, sole_geom = _unpack(buf, ibuf)
+    on0, on1 = _tick(x, P, w, st, out, cfg, t, dt, u, qn, joints_ok, has_tau, imu_rot, imu_pos, identity,
+                     site_xpos, xaxis, xanchor, geom_xpos, foot_site, leg_jnt, sole_geom)
+    return on0, on1, out[O_POS + 2]
