@@ -35,6 +35,8 @@ $(STAMP): requirements.lock pyproject.toml
 	  echo "python3 -m venv failed: on Debian/Ubuntu run 'apt-get install python3-venv'"; exit 1; }
 	.venv/bin/pip install -q --upgrade pip
 	.venv/bin/pip install -q -r requirements.lock
+	@echo "setup: compiling deploy's estimator kernel into numba's cache (once, ~25 s)"
+	.venv/bin/python -c "from deploy.estimator import Estimator; Estimator()"
 	@touch $(STAMP)
 	@echo "setup: .venv ready"
 
@@ -48,6 +50,8 @@ $(DEPLOY_VENV)/.installed: requirements-deploy.lock
 	@test -d $(DEPLOY_VENV) || $(PYTHON) -m venv $(DEPLOY_VENV) || { \
 	  echo "$(PYTHON) -m venv failed: on Debian/Ubuntu run 'apt-get install python3-venv'"; exit 1; }
 	$(DEPLOY_VENV)/bin/pip install -q -r requirements-deploy.lock
+	@echo "setup-deploy: compiling the estimator kernel into numba's cache (once; ~25 s here, more on the Orin)"
+	$(DEPLOY_VENV)/bin/python -c "from deploy.estimator import Estimator; Estimator()"
 	@touch $@
 	@echo "setup-deploy: $(DEPLOY_VENV) ready (no jax)"
 

@@ -240,6 +240,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="parent of <stamp>/soak.json (default runs/soak)")
     p.add_argument("--results", default=None, help="also write the soak summary here (e.g. results/soak_60min.json)")
     a = p.parse_args(argv)
+    # a soak started from a non-interactive shell's background job inherits SIGINT ignored (POSIX), and Python
+    # then leaves it ignored: `kill -INT` would not end it. Ctrl-C must, however it was started.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     s = run(a.minutes, a.motion, a.push_every_s, a.push_n, domain=a.domain, out_root=a.out)
     if a.results:
         Path(a.results).parent.mkdir(parents=True, exist_ok=True)

@@ -94,8 +94,9 @@ def test_ctrl_c_ends_a_soak_with_a_partial_summary(tmp_path):
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
+    # its own session: a failed run is killed with its bridge and deploy children (no orphan on domain 97)
     p = subprocess.Popen([sys.executable, "-m", "deploy.soak", "--minutes", "10", "--domain", "97", "--out", str(tmp_path)],
-                         cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                         cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and not list(tmp_path.glob("*/*/log.mcap")):
@@ -106,6 +107,12 @@ def test_ctrl_c_ends_a_soak_with_a_partial_summary(tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
+        import os
+
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     assert p.returncode == 130, out[-3000:]
     s = json.loads(next(tmp_path.glob("*/soak.json")).read_text())
     assert s["interrupted"] and s["minutes_requested"] == 10 and 0.2 < s["minutes"] < 1.5, s["minutes"]
