@@ -3,6 +3,13 @@ import os
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".cache", "jax"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# Tests compile many small programs and run each a few times: XLA's LLVM backend at optimisation level 0
+# compiles the gradient tests 21-38 % faster here (measured pinned to one core, cold cache:
+# test_mjx_model's batched gradient 173 -> 137 s, test_contact's touch-down gradient 174 -> 107 s); it
+# changes code generation, not the HLO or float semantics (no fast-math). Trainings and benches keep the
+# default. Subprocesses started by tests inherit it.
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 if "MUJOCO_GL" not in os.environ:  # as eval/__init__.py, before any test module imports mujoco (eval videos)
     import ctypes.util
 

@@ -83,6 +83,8 @@ def test_calibrated_damping_is_the_same_passive_force_in_mjx_and_the_c_bridge(mo
     np.testing.assert_allclose(np.asarray(dx.qfrc_passive)[M.motor_dof_adr(mt)], want, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.slow  # 112 s in CI; the default suite has the same property through the env (test_bcg: plain
+# gradient of a batched rollout landing on the stiff contact, finite and non-zero); this one isolates MJX
 def test_grad_through_batched_rollout_is_finite(models):
     m, mx, d = models
     qa = jnp.asarray(M.motor_qpos_adr(m))
