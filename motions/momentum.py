@@ -47,11 +47,23 @@ def com_positions(pos: np.ndarray, q: np.ndarray, quat: np.ndarray | None = None
     return out
 
 
+def _root_pos(m: Motion) -> np.ndarray:
+    """(T, 3) the reference's root positions (keyframe motions without them: x = y = 0, z = ref_height)."""
+    return m.ref_base_pos if m.ref_base_pos is not None else np.c_[np.zeros((m.num_steps, 2)), m.ref_height]
+
+
 def com_trajectory(m: Motion) -> np.ndarray:
     """(T, 3) whole-robot centre of mass of the reference, world frame."""
-    T = m.num_steps
-    pos = m.ref_base_pos if m.ref_base_pos is not None else np.c_[np.zeros((T, 2)), m.ref_height]
-    return com_positions(pos, m.ref_q, m.ref_base_quat)
+    return com_positions(_root_pos(m), m.ref_q, m.ref_base_quat)
+
+
+def _whole_robot_angmom(model: mujoco.MjModel, d: mujoco.MjData) -> np.ndarray:
+    """Angular momentum of the whole robot about its COM at d's qpos and qvel (world frame)."""
+    mujoco.mj_kinematics(model, d)
+    mujoco.mj_comPos(model, d)
+    mujoco.mj_comVel(model, d)
+    mujoco.mj_subtreeVel(model, d)
+    return d.subtree_angmom[1].copy()  # body 1: the pelvis, the root of the whole robot
 
 
 def centroidal_angmom(pos: np.ndarray, quat: np.ndarray | None, q: np.ndarray, base_vel: np.ndarray,
@@ -72,44 +84,36 @@ def centroidal_angmom(pos: np.ndarray, quat: np.ndarray | None, q: np.ndarray, b
         d.qpos[:3] = pos[i]
         d.qpos[3:7] = (1.0, 0.0, 0.0, 0.0) if quat is None else quat[i]
         d.qpos[qadr] = q[i]
-        for k, (v, w, qd) in enumerate(((base_vel[i], None if base_angvel is None else base_angvel[i], dq[i]),
-                                        (np.zeros(3), np.array([0.0, 1.0, 0.0]), np.zeros_like(dq[i])))):
-            d.qvel[:] = 0.0
-            d.qvel[:3] = v
-            if w is not None:
-                d.qvel[3:6] = w
-            d.qvel[dadr] = qd
-            mujoco.mj_kinematics(model, d)
-            mujoco.mj_comPos(model, d)
-            mujoco.mj_comVel(model, d)
-            mujoco.mj_subtreeVel(model, d)
-            if k == 0:
-                L[i] = d.subtree_angmom[1]  # body 1: the pelvis, the root of the whole robot
-            else:
-                iyy[i] = d.subtree_angmom[1][1]
+        d.qvel[:] = 0.0
+        d.qvel[:3] = base_vel[i]
+        if base_angvel is not None:
+            d.qvel[3:6] = base_angvel[i]
+        d.qvel[dadr] = dq[i]
+        L[i] = _whole_robot_angmom(model, d)
+        d.qvel[:] = 0.0
+        d.qvel[4] = 1.0  # a unit pitch rate of the root, joints still
+        iyy[i] = _whole_robot_angmom(model, d)[1]
     return L, iyy
 
 
 def _base_angvel(m: Motion) -> np.ndarray | None:
-    """Local-frame angular velocity of the reference's root by finite differences of its orientation."""
+    """Local-frame angular velocity of the reference's root by central differences of its orientation
+    (one-sided at the ends)."""
     if m.ref_base_quat is None:
         return None
     qs = np.asarray(m.ref_base_quat, float)
     out = np.zeros((len(qs), 3))
     for i in range(len(qs)):
-        a, b = qs[max(i - 1, 0)], qs[min(i + 1, len(qs) - 1)]
-        if a is b:
-            continue
-        v = np.zeros(3)
-        mujoco.mju_subQuat(v, b, a)  # b = a * exp(v): v in a's local frame
-        out[i] = v / ((min(i + 1, len(qs) - 1) - max(i - 1, 0)) * m.dt)
+        lo, hi = max(i - 1, 0), min(i + 1, len(qs) - 1)
+        if hi > lo:
+            mujoco.mju_subQuat(out[i], qs[hi], qs[lo])  # qs[hi] = qs[lo] * exp(v): v in qs[lo]'s local frame
+            out[i] /= (hi - lo) * m.dt
     return out
 
 
 def motion_angmom(m: Motion) -> tuple[np.ndarray, np.ndarray]:
     """`centroidal_angmom` of a motion's reference."""
-    T = m.num_steps
-    pos = m.ref_base_pos if m.ref_base_pos is not None else np.c_[np.zeros((T, 2)), m.ref_height]
+    pos = _root_pos(m)
     vel = m.ref_base_lin_vel if m.ref_base_lin_vel is not None else np.gradient(pos, m.dt, axis=0)
     dq = m.ref_dq if m.ref_dq is not None else np.gradient(m.ref_q, m.dt, axis=0)
     return centroidal_angmom(pos, m.ref_base_quat, m.ref_q, vel, _base_angvel(m), dq)

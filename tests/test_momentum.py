@@ -94,3 +94,16 @@ def test_free_pitch_drift_matches_a_free_flying_robot_in_c_mujoco():
           f"{np.degrees(predicted):+.2f} deg; L_y range {np.ptp(L[:, 1]):.2f} N m s, I_yy {iyy[0]:.2f} kg m^2")
     assert abs(np.degrees(simulated)) > 2.0  # the tuck does rotate the pelvis
     assert predicted == pytest.approx(simulated, rel=0.02)
+
+
+def test_root_angular_velocity_of_a_constant_pitch_rate():
+    """The reference root's angular velocity by differences of its orientation: a constant 1.5 rad/s pitch."""
+    import dataclasses
+
+    from motions.momentum import _base_angvel
+
+    m, _ = _thrown()
+    th = 1.5 * np.arange(m.num_steps) * m.dt
+    quat = np.c_[np.cos(th / 2), np.zeros_like(th), np.sin(th / 2), np.zeros_like(th)]
+    w = _base_angvel(dataclasses.replace(m, ref_base_quat=quat))
+    np.testing.assert_allclose(w, np.tile([0.0, 1.5, 0.0], (m.num_steps, 1)), atol=1e-9)
