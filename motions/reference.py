@@ -10,6 +10,12 @@ inclusive):
   The soles follow f = c * 64 s^3 (1 - s)^3 (s = tau / T, c = apex_foot_clearance): C2 with
   stance at both ends (zero velocity and acceleration at take-off and touch-down), c at mid-flight.
   The feet's x moves from the old to the new stance with a quintic smoothstep.
+  `flight_feet: follow` instead: the soles rise with the pelvis above the straight line from take-off to
+  touch-down height (the legs keep their take-off shape, g T^2 / 8 at mid-flight), plus the s^3 (1 - s)^3
+  tuck of the rest of the clearance; the feet keep their x relative to the pelvis, blended by smoothstep from
+  the take-off to the touch-down offset. Legs that stop extending at take-off instead of tucking keep the
+  angular momentum about the COM nearly constant in the air (motions.momentum); the soles leave the floor
+  at the pelvis's take-off velocity (C0, as a real toe-off).
 - Legs (hip pitch, knee, ankle pitch) by planar two-link IK (motions.kinematics) from the
   ankle-pitch axis position relative to the hip-pitch axis; ankle pitch keeps the sole flat. The
   feet's sole height 0 is the home-keyframe stance (the sole spheres are 0.8 mm above the floor
@@ -40,7 +46,7 @@ import numpy as np
 
 from motions.kinematics import leg_geometry, leg_ik
 from motions.motion import Motion, field_error
-from motions.schema import Keyframe, MotionMeta
+from motions.schema import Keyframe, MotionMeta, follow_rise
 from robots import g1
 from robots.physics import GRAVITY
 
@@ -96,8 +102,14 @@ def base_and_feet(keys: list[Keyframe], times: np.ndarray):
             x[j] = k.x + bvx[i] * tau
             vx[j] = bvx[i]
             s = tau / T
-            fh[j] = k.clearance * 64 * s**3 * (1 - s) ** 3
-            fx[j] = k.foot_x + (k1.foot_x - k.foot_x) * _smootherstep(s)
+            if k.feet == "follow":  # legs at their take-off shape, plus the tuck that makes up the clearance
+                rise = h[j] - (k.h + (k1.h - k.h) * s)
+                fh[j] = rise + (k.clearance - follow_rise(T)) * 64 * s**3 * (1 - s) ** 3
+                rel0, rel1 = k.foot_x - k.x, k1.foot_x - k1.x
+                fx[j] = x[j] + rel0 + (rel1 - rel0) * _smootherstep(s)
+            else:
+                fh[j] = k.clearance * 64 * s**3 * (1 - s) ** 3
+                fx[j] = k.foot_x + (k1.foot_x - k.foot_x) * _smootherstep(s)
             flight[j] = 0 < tau  # touch-down frame (tau = T) belongs to the next stance segment
         else:
             h[j], vz[j], az[j] = _quintic(k.h, bvz[i][0], bvz[i][1], k1.h, bvz[i + 1][0], bvz[i + 1][1], T, tau)
@@ -147,7 +159,9 @@ COM_MAX_ITER = 60
 def _com_ballistic(path, keys: list[Keyframe], times: np.ndarray, dt: float, base, fh, fx):
     """`ballistic: com`: the pelvis x and z solved so the whole-robot COM (motions.momentum.com_positions) is
     ballistic in each flight and a quintic Hermite in the stance segments next to it (see the module doc).
-    Returns (x, vx, h, vz, com_az, corrected frames); frames outside those segments keep the keyframe pelvis."""
+    Returns (x, vx, h, vz, com_az, corrected frames, sole heights, sole x); frames outside those segments keep the
+    keyframe pelvis; `flight_feet: follow` soles move with the solved pelvis (its correction less the one
+    interpolated between take-off and touch-down)."""
     from motions.momentum import com_positions
 
     h, vz, _, x, vx = (np.array(a, float) for a in base)
@@ -209,7 +223,17 @@ def _com_ballistic(path, keys: list[Keyframe], times: np.ndarray, dt: float, bas
     F = np.flatnonzero(fix)
     offsets = _offsets(keys, times[F])
     px, pz = x[F].copy(), h[F].copy()
+    fh, fx = np.array(fh, float), np.array(fx, float)
+    fh0, fx0 = fh[F].copy(), fx[F].copy()
+    follow = [(k.t, keys[i + 1].t) for i, k in enumerate(keys[:-1]) if k.flight and k.feet == "follow"]
     for it in range(COM_MAX_ITER):
+        for t0, t1 in follow:  # the soles move with the solved pelvis: its correction, less that at the ends
+            sel = (times[F] > t0) & (times[F] < t1)
+            s = (times[F][sel] - t0) / (t1 - t0)
+            for base_f, f0, p, p0 in ((fh, fh0, pz, h[F]), (fx, fx0, px, x[F])):
+                d = p - p0
+                d0, d1 = np.interp([t0, t1], times[F], d)
+                base_f[F[sel]] = f0[sel] + d[sel] - (d0 + (d1 - d0) * s)
         q = g1.DEFAULT_JOINT_POS + offsets
         _legs(path, times[F], px, pz, fh[F], fx[F], q)
         com = com_positions(np.stack([px, np.zeros_like(px), pz], 1), q)[:, [0, 2]]
@@ -231,7 +255,7 @@ def _com_ballistic(path, keys: list[Keyframe], times: np.ndarray, dt: float, bas
     off = com - np.c_[px, pz]  # COM - pelvis at the solved joints
     dx = np.gradient(off, dt, axis=0) if len(F) >= 2 else np.zeros_like(off)
     vx[F], vz[F] = cv[F, 0] - dx[:, 0], cv[F, 1] - dx[:, 1]
-    return x, vx, h, vz, ca_[:, 1], fix
+    return x, vx, h, vz, ca_[:, 1], fix, fh, fx
 
 
 def build_motion(path: Path, meta: MotionMeta, keys: list[Keyframe], dt: float = g1.CONTROL_DT) -> Motion:
@@ -242,7 +266,7 @@ def build_motion(path: Path, meta: MotionMeta, keys: list[Keyframe], dt: float =
     h, vz, az, x, vx, fh, fx, flight = base_and_feet(keys, times)
     com_mode = meta.ballistic == "com"
     if com_mode:
-        x, vx, h, vz, com_az, fixed = _com_ballistic(path, keys, times, dt, (h, vz, az, x, vx), fh, fx)
+        x, vx, h, vz, com_az, fixed, fh, fx = _com_ballistic(path, keys, times, dt, (h, vz, az, x, vx), fh, fx)
     else:
         pull = np.flatnonzero(~flight & (az < -GRAVITY - 1e-6))
         if pull.size:

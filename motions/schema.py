@@ -15,6 +15,9 @@
         phase: stance           # stance (default) | flight: the segment from this keyframe to the next is
                                 #    airborne (both feet clear)
         apex_foot_clearance: 0.1  # flight only: sole height at mid-flight, m
+        flight_feet: tuck       # flight only: tuck (default: soles c * 64 s^3 (1 - s)^3, at rest at both ends) |
+                                #    follow (soles rise with the pelvis, legs held at their take-off shape, plus
+                                #    a tuck that makes up the rest of the clearance; see motions.reference)
         joints:                 # offsets (rad) from g1.DEFAULT_JOINT_POS at this keyframe; absent -> 0
           waist_pitch: 0.1      #   a full joint name, or a name without left_/right_ (both sides;
           shoulder_roll: 0.1    #   roll and yaw mirrored for the right side, so this is symmetric)
@@ -41,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from motions.kinematics import IK_JOINTS
 from motions.motion import MotionError, field_error
 from robots import g1
+from robots.physics import GRAVITY
 
 _MIRRORED = ("roll", "yaw")  # right-side offset = -left-side offset for these short names
 
@@ -61,6 +65,7 @@ class KeyframeSpec(BaseModel):
     foot_x: _num(-5, 5) | None = None
     phase: Literal["stance", "flight"] = "stance"
     apex_foot_clearance: _num(0.0, 0.5) | None = None
+    flight_feet: Literal["tuck", "follow"] | None = None
     joints: dict[str, _num(-math.pi, math.pi)] | None = None
 
 
@@ -97,6 +102,13 @@ class Keyframe:
     flight: bool  # the segment to the next keyframe is airborne
     clearance: float  # apex sole height of that flight, m (0 in stance)
     offsets: np.ndarray  # (29,) joint offsets from g1.DEFAULT_JOINT_POS, rad
+    feet: str = "tuck"  # flight only: "tuck" | "follow" (motions.reference)
+
+
+def follow_rise(T: float) -> float:
+    """Mid-flight height of a ballistic flight of duration T above the straight line from take-off to touch-down
+    (g T^2 / 8): what `flight_feet: follow` soles rise by without a tuck."""
+    return GRAVITY * T**2 / 8
 
 
 def _field(loc: tuple) -> str:
@@ -198,13 +210,20 @@ def parse_motion(path: Path, raw: Any) -> tuple[MotionMeta, list[Keyframe]]:
                 raise field_error(path, f"{f}.apex_foot_clearance", "missing (required for phase: flight)")
             clearance = k.apex_foot_clearance
         else:
-            if k.apex_foot_clearance is not None:
-                raise field_error(path, f"{f}.apex_foot_clearance", "only allowed with phase: flight")
+            for name in ("apex_foot_clearance", "flight_feet"):
+                if getattr(k, name) is not None:
+                    raise field_error(path, f"{f}.{name}", "only allowed with phase: flight")
             clearance = 0.0
+        if keys and keys[-1].flight and keys[-1].feet == "follow":
+            rise = follow_rise(t - keys[-1].t)
+            if keys[-1].clearance < rise - 1e-9:
+                raise field_error(path, f"keyframes[{i - 1}].apex_foot_clearance", f"{keys[-1].clearance} m is below "
+                                 f"what flight_feet: follow gives without a tuck ({rise:.3f} m for this {t - keys[-1].t:.2f} s "
+                                 "flight); raise it or use flight_feet: tuck")
         if keys and keys[-1].flight and flight:
             raise field_error(path, f"{f}.phase", "two consecutive flights: the touch-down keyframe must be stance")
         keys.append(Keyframe(t, k.pelvis_height, x, foot_x, flight, clearance,
-                             joint_offsets(path, f"{f}.joints", k.joints)))
+                             joint_offsets(path, f"{f}.joints", k.joints), k.flight_feet or "tuck"))
     meta = MotionMeta(name=spec.name, duration=duration, reward_weights=dict(spec.reward_weights),
                       description=(spec.description or "").strip(), ballistic=spec.ballistic)
     return meta, keys
