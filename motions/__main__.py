@@ -1,4 +1,4 @@
-"""python -m motions list | preview <name or path (.yaml, .npz, .csv)> [--out PNG]
+"""python -m motions list | preview <name or path (.yaml, .npz, .csv)> [--out PNG] | compose <spec.yaml> <out.npz>
 
 `preview` prints the motion's duration, rate, frames, contact phases, flight windows and key
 numbers, and writes the preview plot (default runs/motions/<name>.png). Exit status 2 with the
@@ -49,9 +49,22 @@ def main(argv=None) -> int:
     pv = sub.add_parser("preview", help="print a motion's phases and numbers and write its preview PNG")
     pv.add_argument("motion", help="a motion name (see list) or a path to a .yaml, .npz or .csv file")
     pv.add_argument("--out", help="PNG path (default runs/motions/<motion>.png)")
+    cp = sub.add_parser("compose", help="write a whole-body clip (.npz) from pelvis and upper-body waypoints, "
+                        "the legs solved so the feet stay planted (motions/compose.py)")
+    cp.add_argument("spec", help="the waypoint YAML, e.g. motions/compose/reach_twist.yaml")
+    cp.add_argument("out", help="the .npz to write (in motions/ it is found by name)")
     args = ap.parse_args(argv)
     if args.cmd == "preview":
         return _preview(args.motion, args.out)
+    if args.cmd == "compose":
+        from motions.compose import compose
+
+        try:
+            print(compose(args.spec, args.out))
+        except MotionError as e:
+            print(f"error: {e}")
+            return 2
+        return 0
     for n in available_motions():
         print(n)
     return 0
