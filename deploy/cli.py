@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(repeatable; POLICY starts ~4 s into a dry run); without it the remote's sticks command")
     p.add_argument("--policy-s", type=float, default=None,
                    help="velocity policies: seconds in POLICY (default: to the last --velocity window + 1 s, else 60)")
+    p.add_argument("--policy-backend", choices=("auto", "onnxruntime", "compiled"), default="auto",
+                   help="how the policy network runs: auto (default) compiles the ONNX graph (policies.mlp_kernel) "
+                        "when it matches onnxruntime on the load check, else onnxruntime; compiled: or refuse")
     p.add_argument("--net-if", default=None, help="network interface (g1: required; sim: lo)")
     p.add_argument("--domain", type=int, default=None, help="DDS domain (g1: 0, sim: 1)")
     p.add_argument("--auto", dest="auto", action="store_true", default=None,
@@ -181,7 +184,7 @@ def main(argv=None) -> int:
         auto=args.auto, stand_up_s=args.stand_up_s, state_timeout_s=args.state_timeout, max_run_s=args.max_run_s,
         exit_on_damping=args.auto, run_root=args.run_root, plot=not args.no_plot,
         ground_truth=args.robot == "sim" and not args.no_ground_truth, velocity=windows, policy_s=args.policy_s,
-        joint_offsets=offsets,
+        joint_offsets=offsets, policy_backend=args.policy_backend,
         **({"estimator": estimator_cfg} if estimator_cfg is not None else {}),
     )
     holder = {}

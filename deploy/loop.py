@@ -66,6 +66,7 @@ class LoopConfig:
     velocity: tuple = ()  # velocity policies: deploy.velocity.VelocityWindow schedule on the run's clock (else sticks)
     policy_s: float | None = None  # velocity policies: how long POLICY runs (default: schedule end + settle, or 60 s)
     joint_offsets: tuple = ()  # calibration joints.offsets (29, rad): the loop uses q - offset, sends target + offset
+    policy_backend: str = "auto"  # PolicyRuntime's backend: auto (compiled when it checks out), onnxruntime, compiled
 
 
 class ControlLoop:
@@ -76,7 +77,8 @@ class ControlLoop:
                  estimator: Estimator | None = None) -> None:
         self.cfg, self.art, self.link = cfg, art, link
         self.runtime = runtime or PolicyRuntime(art, hold_blend_s=cfg.hold_blend_s,
-                                                run_s=velocity.run_s(cfg.velocity, cfg.policy_s, art.spec.kind))
+                                                run_s=velocity.run_s(cfg.velocity, cfg.policy_s, art.spec.kind),
+                                                backend=cfg.policy_backend)
         self.cmd_log = Columns(dict(t=(), cmd=(3,)))  # velocity policies: the command of each policy step
         rt_ = self.runtime  # a policy's own gains are sent in POLICY (STAND_UP/HOLD keep robots/g1.py's)
         self._policy_gains = None if (np.array_equal(rt_.kp, g1.KP) and np.array_equal(rt_.kd, g1.KD)) else (rt_.kp, rt_.kd)
@@ -472,7 +474,7 @@ def run(cfg: LoopConfig, echo: Callable[[str], None] = print, on_loop: Callable[
     ControlLoop before it starts (the CLI uses it to route SIGINT)."""
     art = check_artifact(cfg.policy_dir)
     runtime = PolicyRuntime(art, hold_blend_s=cfg.hold_blend_s,
-                            run_s=velocity.run_s(cfg.velocity, cfg.policy_s, art.spec.kind))
+                            run_s=velocity.run_s(cfg.velocity, cfg.policy_s, art.spec.kind), backend=cfg.policy_backend)
     link = open_link(cfg.domain, cfg.interface)
     sim_client = None
     try:

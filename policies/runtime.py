@@ -11,6 +11,10 @@ Invariants (tests/test_deploy_units.py, tests/test_runtime_parity.py):
 - HOLD after a motion: from the last policy target to the default pose, linearly over
   hold_blend_s (reached at t_in_hold >= hold_blend_s; at once when hold_blend_s <= 0).
 - the ONNX session is single-threaded and sequential (a small MLP: threads only add wake-up latency).
+- backend "auto" (the default: deploy, eval) runs the artifact's graph compiled (policies.mlp_kernel) when
+  `lower` accepts it and it agrees with the ONNX session within COMPILED_TOL on COMPILED_CHECKS observations
+  (the zero observation and random ones) at load, else the session; `backend` / `backend_reason` say which
+  and why. "onnxruntime" always runs the session; "compiled" raises ArtifactError naming why it cannot.
 
 Adapted (third-party) artifacts (spec.format != "native", policies.adapters) run the same class:
 - the observation is built here from policies.observation.RUNTIME_TERMS in the policy's joint order:
@@ -37,6 +41,9 @@ from robots import g1
 from robots.physics import projected_gravity
 
 HOLD_BLEND_S = 0.5  # s: HOLD's blend from the last policy target back to the default pose
+BACKENDS = ("auto", "onnxruntime", "compiled")
+COMPILED_TOL = 1e-5  # max |compiled - onnxruntime| / max(1, max |onnxruntime|) per observation of the load check
+COMPILED_CHECKS = 64  # random observations of the load check (and the zero observation)
 
 
 def motion_steps(duration: float, control_dt: float) -> int:
@@ -95,6 +102,40 @@ def _fixed_dims(session: ort.InferenceSession, feed: dict[str, np.ndarray]) -> d
     return dims
 
 
+def compile_policy(session: ort.InferenceSession, onnx_bytes: bytes, feed: dict[str, np.ndarray], output: str,
+                   n_steps: int = 0):
+    """(program, reason): the artifact's graph compiled for these input shapes and checked against `session`
+    (policies.mlp_kernel; the zero observation and COMPILED_CHECKS random ones, a time_step input at random
+    steps 0..n_steps), or (None, why not) in one line."""
+    try:
+        from policies import mlp_kernel
+    except ImportError as e:  # numba missing: an incomplete install
+        return None, f"the compiled backend cannot be imported ({e})"
+    try:
+        prog = mlp_kernel.lower(onnx_bytes, {k: v.shape for k, v in feed.items()}, output)
+    except mlp_kernel.Unsupported as e:
+        return None, f"graph not compiled: {e}"
+    except Exception as e:  # noqa: BLE001 - never worse than the session
+        return None, f"graph not compiled ({type(e).__name__}: {e})"
+    main = max(feed, key=lambda k: feed[k].size)
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for k in range(COMPILED_CHECKS + 1):
+        x = {name: np.zeros(v.shape, np.float32) for name, v in feed.items()}
+        if k:
+            x[main][...] = rng.normal(0.0, (0.1, 1.0, 3.0)[k % 3], x[main].shape)
+            for name in x:
+                if name != main:
+                    x[name][...] = rng.integers(0, max(n_steps, 1) + 1, x[name].shape)
+        want = session.run([output], x)[0].reshape(-1)
+        worst = max(worst, mlp_kernel.max_rel_diff(prog(x), want))
+    if not worst <= COMPILED_TOL:
+        return None, (f"the compiled graph differs from onnxruntime by {worst:.1e} (relative) on its load check "
+                      f"(tolerance {COMPILED_TOL:.0e})")
+    return prog, (f"{prog.n_nodes} graph nodes run compiled, within {worst:.1e} of onnxruntime over "
+                  f"{COMPILED_CHECKS + 1} observations")
+
+
 class PolicyOutput(NamedTuple):
     step: int
     phase: float
@@ -109,7 +150,9 @@ class PolicyRuntime:
     after it. `run_s` sets how long a velocity policy runs (it has no motion of its own)."""
 
     def __init__(self, art: Artifact, threads: int = 1, hold_blend_s: float = HOLD_BLEND_S,
-                 run_s: float | None = None) -> None:
+                 run_s: float | None = None, backend: str = "auto") -> None:
+        if backend not in BACKENDS:
+            raise ArtifactError(f"unknown policy backend {backend!r} (one of {', '.join(BACKENDS)})")
         spec = art.spec
         self.art = art
         self.spec = spec
@@ -166,8 +209,18 @@ class PolicyRuntime:
         self.reset()
         # one warm-up inference so the first real tick does not pay for lazy initialisation
         out = self.session.run([self._out], self._feed)[0]
-        self._io = self._y32 = None
-        if out.dtype == np.float32:  # bound once: no feed / output conversion per tick (~50 us less, cold)
+        self._io = self._y32 = self._prog = None
+        self.backend, self.backend_reason = "onnxruntime", "requested"
+        if backend != "onnxruntime":
+            self._prog, self.backend_reason = compile_policy(self.session, art.onnx_bytes, self._feed, self._out,
+                                                            self.n_steps)
+            if self._prog is None and backend == "compiled":
+                raise ArtifactError(f"the compiled policy backend cannot run this artifact: {self.backend_reason}")
+        if self._prog is not None:  # the observation is written into the program's input row itself
+            self.backend = "compiled"
+            self._feed = {name: self._prog.inputs[name] for name in self._feed}
+            self._x32 = self._feed[self._in][0]
+        elif out.dtype == np.float32:  # bound once: no feed / output conversion per tick (~50 us less, cold)
             self._y32 = np.zeros(out.shape, np.float32)
             self._io = self.session.io_binding()
             for name, arr in self._feed.items():
@@ -280,6 +333,8 @@ class PolicyRuntime:
             self._x32[:] = obs
         if self.spec.time_step_input:
             self._feed[self.spec.time_step_input][0, 0] = self._time_step
+        if self._prog is not None:
+            return self._prog.run().astype(float)
         if self._io is not None:
             self.session.run_with_iobinding(self._io)
             return self._y32.reshape(-1).astype(float)

@@ -76,8 +76,9 @@ def test_observation_buffer_supports_only_what_it_builds():
 
 
 def test_runtime_step_equals_plain_session_run(art):
-    """Same observation, action and target as the runtime's contract computed with a plain session."""
-    rt = PolicyRuntime(art)
+    """Same observation, action and target as the runtime's contract computed with a plain session (the
+    onnxruntime backend: tests/test_policy_kernel.py holds the compiled one to it)."""
+    rt = PolicyRuntime(art, backend="onnxruntime")
     assert rt._io is not None and rt.session.get_inputs()[0].shape == [1, rt.n_obs]  # batch fixed, bound
     plain = make_session(art.onnx_bytes)
     rng = np.random.default_rng(2)
