@@ -1,5 +1,6 @@
 """Safety layer: pure limit functions, watchdogs, e-stop latch, damping command. No I/O; imports
-only numpy and robots (the PD law and tilt come from robots.physics).
+only numpy and robots (the PD law and tilt come from robots.physics), and numba for the monitor's
+compiled usual tick (safety/kernel.py: the pure functions' arithmetic, tested against them).
 
     from safety import SafetyMonitor, Limits
     mon = SafetyMonitor(Limits.default())

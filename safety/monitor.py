@@ -11,7 +11,19 @@ import dataclasses
 import numpy as np
 
 from robots import g1
-from safety.limits import Command, Limits, Trip, checked_command, clamp_joint_limits, damping_command, frozen_gains
+from safety.limits import (_Z, Command, Limits, Trip, checked_command, clamp_joint_limits, damping_command,
+                           frozen_gains)
+
+try:  # the per-tick arithmetic compiled (safety/kernel.py); without numba every tick takes checked_command
+    from safety import kernel as _kernel
+except ImportError:  # pragma: no cover - numba is in both locks
+    _kernel = None
+
+
+_SHAPE = (g1.NUM_MOTORS,)
+_F64 = np.dtype(np.float64)
+if _kernel is not None:
+    _U_Q, _U_DQ, _U_PROP, _U_PREV, _U_QUAT = _kernel.U_Q, _kernel.U_DQ, _kernel.U_PROP, _kernel.U_PREV, _kernel.U_QUAT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +41,15 @@ class EStopLatch:
     def __init__(self) -> None:
         self.trip: Trip | None = None
         self.time: float | None = None
+
+    def _set_gains(self, gains) -> None:
+        self._gains_in, self._gains = gains, None if gains is None else frozen_gains(gains)
+        self._lim = None
+        if _kernel is None or isinstance(self._gains, Trip):
+            return
+        self._kp, self._kd = (self.limits.kp, self.limits.kd) if self._gains is None else self._gains
+        if self._kp.shape == self._kd.shape == _SHAPE == self.limits.q_min.shape and bool(np.all(self._kp > 0)):
+            self._lim = _kernel.limit_rows(self.limits, self._kp, self._kd)
 
     @property
     def latched(self) -> bool:
@@ -86,7 +107,9 @@ class SafetyMonitor:
 
     step(...) -> Command: damping once latched; zero torque when no targets are proposed; otherwise
     the proposed targets projected onto the admissible set (safety.limits.safe_target). Every trip
-    is recorded in `events` as {time, kind, detail}."""
+    is recorded in `events` as {time, kind, detail}. The usual tick (float64 29-vectors, kp > 0, nothing
+    trips) runs as one compiled call (safety/kernel.py, equal to checked_command bit for bit); every
+    other tick runs checked_command itself."""
 
     def __init__(self, limits: Limits | None = None, watchdog: WatchdogConfig = WatchdogConfig(),
                  period: float = g1.COMMAND_DT, t0: float = 0.0) -> None:
@@ -101,6 +124,21 @@ class SafetyMonitor:
         self._damping = damping_command(self.limits.damping_kd)
         self._gains_in = self._gains = None  # the last `gains` passed to step and its frozen_gains()
         self._zeros = np.zeros(g1.NUM_MOTORS)
+        self._lim = None  # the kernel's limit rows for the gains in use (None: that tick takes checked_command)
+        if _kernel is not None:
+            self._u = np.zeros(_kernel.U_N)
+            self._set_gains(None)
+            _kernel.safety_tick(self._u, np.ones((_kernel.L_N, _kernel.NM)), 0.0, False, np.empty(_kernel.NM))  # compiled
+            # (or loaded from numba's cache) here, not in a tick
+
+    def _set_gains(self, gains) -> None:
+        self._gains_in, self._gains = gains, None if gains is None else frozen_gains(gains)
+        self._lim = None
+        if _kernel is None or isinstance(self._gains, Trip):
+            return
+        self._kp, self._kd = (self.limits.kp, self.limits.kd) if self._gains is None else self._gains
+        if self._kp.shape == self._kd.shape == _SHAPE == self.limits.q_min.shape and bool(np.all(self._kp > 0)):
+            self._lim = _kernel.limit_rows(self.limits, self._kp, self._kd)
 
     @property
     def latched(self) -> bool:
@@ -129,7 +167,17 @@ class SafetyMonitor:
                 self.reset_target(q)
             prev = self.prev_target if self.prev_target is not None else self._zeros
             if gains is not self._gains_in:  # validated once per gains object; the copies are what is sent
-                self._gains_in, self._gains = gains, None if gains is None else frozen_gains(gains)
+                self._set_gains(gains)
+            if self._lim is not None and type(proposed) is np.ndarray and type(q) is np.ndarray \
+                    and type(dq) is np.ndarray and q.dtype is _F64 and dq.dtype is _F64 and proposed.dtype is _F64 \
+                    and q.shape == dq.shape == proposed.shape == _SHAPE and np.shape(quat) == (4,):
+                u = self._u  # the usual tick in one compiled call; anything else below, by checked_command
+                u[_U_Q:_U_DQ], u[_U_DQ:_U_PROP], u[_U_PROP:_U_PREV], u[_U_PREV:_U_QUAT], u[_U_QUAT:] = \
+                    q, dq, proposed, prev, quat
+                target = np.empty(g1.NUM_MOTORS)
+                if _kernel.safety_tick(u, self._lim, self.limits.tilt_max, check_tilt, target) == _kernel.OK:
+                    self.prev_target = target
+                    return Command(target, _Z, _Z, self._kp, self._kd, "position")
             out = checked_command(np.asarray(q, float), np.asarray(dq, float), np.asarray(quat, float),
                                   proposed, prev, self.limits, check_tilt, self._gains)
             if isinstance(out, Command):
