@@ -21,7 +21,7 @@ priority while the loop runs at SCHED_FIFO (root here; rtprio on the robot, READ
 bench/estimator.py sensor samples replayed through Estimator.update, PolicyRuntime.step and SafetyMonitor.step,
 one policy tick per sample, p50/p99 per stage.
 
-    python -m bench.deploy [--motion stand] [--compute [--ticks N] [--sleep-ms 1.5]]
+    python -m bench.deploy [--motion stand] [--compute [--ticks N] [--sleep-ms 1.5] [--policy-backend onnxruntime]]
 """
 from __future__ import annotations
 
@@ -202,7 +202,8 @@ def contention_run(dry_run, busy: int = 2) -> dict:
             "deploy_contention_max_lateness_ms": s["max_lateness_ms"]}
 
 
-def compute_ticks(n: int = 5000, motion: str = "jump", sleep_s: float = 0.0, scenario: str = "step") -> dict:
+def compute_ticks(n: int = 5000, motion: str = "jump", sleep_s: float = 0.0, scenario: str = "step",
+                  backend: str = "auto") -> dict:
     """p50/p99 (ms) of each policy-tick stage over `n` ticks: estimator, observation + ONNX, safety, and their sum.
     `sleep_s` idles before each tick, as the loop does between ticks (what runs meanwhile evicts the caches)."""
     from bench import estimator as B
@@ -219,7 +220,7 @@ def compute_ticks(n: int = 5000, motion: str = "jump", sleep_s: float = 0.0, sce
     samples = samples[:n]
     noise = B.SensorNoise()
     est = Estimator(EstimatorConfig(gyro_bias=noise.gyro_bias, accel_bias=noise.accel_bias), model=m)
-    rt = PolicyRuntime(load_artifact(artifact_dir(motion)))
+    rt = PolicyRuntime(load_artifact(artifact_dir(motion)), backend=backend)
     gains = None if (np.array_equal(rt.kp, g1.KP) and np.array_equal(rt.kd, g1.KD)) else (rt.kp, rt.kd)
     mon = SafetyMonitor()
     est.reset(samples[0]["q"], samples[0]["quat"], 0.0)
@@ -242,7 +243,7 @@ def compute_ticks(n: int = 5000, motion: str = "jump", sleep_s: float = 0.0, sce
         wall[k], cpu[k] = (t0, t1, t2, t3), (c0, c1, c2, c3)
     if mon.latched:
         raise RuntimeError(f"compute bench: the safety monitor tripped: {mon.events}")
-    res = {"ticks": len(wall), "sleep_ms": sleep_s * 1e3}
+    res = {"ticks": len(wall), "sleep_ms": sleep_s * 1e3, "policy_backend": rt.backend}
     # wall time (what the loop logs) and the thread's CPU time (the same without preemption by other processes)
     for kind, a in (("", wall), ("cpu_", cpu)):
         ms = np.diff(a, axis=1) * 1e3
@@ -268,7 +269,9 @@ if __name__ == "__main__":
     ap.add_argument("--compute", action="store_true", help="in-process policy-tick stage timing only (no DDS)")
     ap.add_argument("--ticks", type=int, default=5000)
     ap.add_argument("--sleep-ms", type=float, default=0.0)
+    ap.add_argument("--policy-backend", default="auto", choices=("auto", "onnxruntime", "compiled"), help="--compute")
     a = ap.parse_args()
-    res = compute_ticks(a.ticks, a.motion or "jump", a.sleep_ms * 1e-3) if a.compute else run(a.motion or "stand")
+    res = (compute_ticks(a.ticks, a.motion or "jump", a.sleep_ms * 1e-3, backend=a.policy_backend) if a.compute
+           else run(a.motion or "stand"))
     for k, v in res.items():
         print(f"{k:36s} {v:.4g}" if isinstance(v, float) else f"{k:36s} {v}")
