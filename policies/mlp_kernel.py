@@ -747,3 +747,93 @@ def max_rel_diff(got: np.ndarray, want: np.ndarray) -> float:
     if not fin.any():
         return 0.0
     return float(np.max(np.abs(got[fin] - want[fin])) / max(1.0, float(np.max(np.abs(want[fin])))))
+
+
+# ---------------------------------------------------------------------- a native policy tick in one call
+# PolicyRuntime's native motion tick (policies.observation.ObservationBuffer's layout, compiled backend):
+# observation, network and joint target in one kernel call. f64 (float64, owned by the runtime):
+#   [stage: gyro (3), quat (4), q (29), dq (29), last_action (29), base_lin_vel (3), base_height (1),
+#    projected gravity (3, written here)], then offset (n_state), scale (n_state), default_q (29), and the
+#   outputs action (29), target (29); meta (int64): the offsets below, then src (n_state): the stage index of
+#   each state element of the observation.
+ST_GYRO, ST_QUAT, ST_Q, ST_DQ, ST_LAST, ST_V, ST_H, ST_PG, ST_N = 0, 3, 7, 36, 65, 94, 97, 98, 101
+STAGE_FIELDS = {"gyro": ST_GYRO, "quat": ST_PG, "q": ST_Q, "dq": ST_DQ, "last_action": ST_LAST,
+                "base_lin_vel": ST_V, "base_height": ST_H}
+MT_NSTATE, MT_OFFSET, MT_SCALE, MT_DEFAULT, MT_ACTION, MT_TARGET, MT_OBS, MT_OUT, MT_NACT, MT_SRC = range(10)
+
+
+@_jit
+def native_tick(f64, meta, table, step, action_scale, prog, fa, ia, acc):
+    """ObservationBuffer.fill (the same IEEE operations: projected_gravity_scalar, (v - offset) * scale in
+    float64 rounded to float32, the step row of `table`), run_program, then target = default_q +
+    action_scale * action (policies.action). Returns 0."""
+    w, x, y, z = f64[ST_QUAT], f64[ST_QUAT + 1], f64[ST_QUAT + 2], f64[ST_QUAT + 3]
+    g0, g1_, g2 = 0.0, 0.0, -1.0
+    t0 = 2.0 * (y * g2 - z * g1_)
+    t1 = 2.0 * (z * g0 - x * g2)
+    t2 = 2.0 * (x * g1_ - y * g0)
+    f64[ST_PG] = g0 - w * t0 + (y * t2 - z * t1)
+    f64[ST_PG + 1] = g1_ - w * t1 + (z * t0 - x * t2)
+    f64[ST_PG + 2] = g2 - w * t2 + (x * t1 - y * t0)
+    n_state, off, sc, obs = meta[MT_NSTATE], meta[MT_OFFSET], meta[MT_SCALE], meta[MT_OBS]
+    for j in range(n_state):
+        v = f64[meta[MT_SRC + j]] - f64[off + j]
+        fa[obs + j] = v * f64[sc + j]
+    row = table[step]
+    for j in range(row.shape[0]):
+        fa[obs + n_state + j] = row[j]
+    run_program(prog, fa, ia, acc)
+    out, n_act = meta[MT_OUT], meta[MT_NACT]
+    a, t, d = meta[MT_ACTION], meta[MT_TARGET], meta[MT_DEFAULT]
+    for i in range(n_act):
+        v = np.float64(fa[out + i])
+        f64[a + i] = v
+        f64[t + i] = f64[d + i] + action_scale * v
+    return 0
+
+
+class NativeTick:
+    """native_tick's buffers for one runtime: `stage` (write the state in, in ST_* order), `run(step)`,
+    then `action` and `target` (views, overwritten by the next run)."""
+
+    def __init__(self, prog: Program, obs_buf, input_name: str, default_q: np.ndarray, action_scale: float):
+        n_state = obs_buf.n_state
+        src = []
+        for s, field in zip([s for s in obs_buf.specs if s.name not in _step_terms()], obs_buf._fields):
+            src += [STAGE_FIELDS[field] + i for i in range(s.size)]
+        if len(src) != n_state or prog.output.size != default_q.size:
+            raise Unsupported("the observation layout is not the native one")
+        n_act = prog.output.size
+        o_off = ST_N
+        o_sc = o_off + n_state
+        o_def = o_sc + n_state
+        o_act = o_def + n_act
+        o_tgt = o_act + n_act
+        self.f64 = np.zeros(o_tgt + n_act)
+        self.f64[o_off:o_sc], self.f64[o_sc:o_def] = obs_buf._offset, obs_buf._scale
+        self.f64[o_def:o_act] = default_q
+        x = prog.inputs[input_name]
+        obs_off = int((x.ctypes.data - prog.fa.ctypes.data) // prog.fa.itemsize)
+        out_off = int((prog.output.ctypes.data - prog.fa.ctypes.data) // prog.fa.itemsize)
+        self.meta = np.asarray([n_state, o_off, o_sc, o_def, o_act, o_tgt, obs_off, out_off, n_act] + src, np.int64)
+        self.table = np.ascontiguousarray(obs_buf._table, np.float32)
+        if self.table.shape[1] + n_state != x.size:
+            raise Unsupported("the observation size does not match the network's input")
+        self.n_steps = obs_buf.n_steps
+        self.stage = self.f64[:ST_N - 3]  # what the caller writes (projected gravity is computed)
+        self.action = self.f64[o_act:o_tgt]
+        self.target = self.f64[o_tgt:o_tgt + n_act]
+        self.obs = x.reshape(-1)
+        self.action_scale = float(action_scale)
+        self.prog = prog
+        native_tick(self.f64, self.meta, self.table, 0, self.action_scale, prog.prog, prog.fa, prog.ia, prog.acc)
+
+    def run(self, step: int) -> None:
+        p = self.prog
+        native_tick(self.f64, self.meta, self.table, step, self.action_scale, p.prog, p.fa, p.ia, p.acc)
+
+
+def _step_terms():
+    from policies.observation import STEP_TERMS
+
+    return STEP_TERMS

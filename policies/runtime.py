@@ -216,10 +216,21 @@ class PolicyRuntime:
                                                             self.n_steps)
             if self._prog is None and backend == "compiled":
                 raise ArtifactError(f"the compiled policy backend cannot run this artifact: {self.backend_reason}")
+        self._native = None
         if self._prog is not None:  # the observation is written into the program's input row itself
             self.backend = "compiled"
             self._feed = {name: self._prog.inputs[name] for name in self._feed}
             self._x32 = self._feed[self._in][0]
+            cls = type(self)  # (a subclass that overrides a stage keeps the stages)
+            plain = all(getattr(cls, m) is getattr(PolicyRuntime, m) for m in ("_observe", "infer", "action_target"))
+            if plain and self._obs_buf is not None and not spec.time_step_input:  # the whole native tick in one call
+                from policies.mlp_kernel import NativeTick, Unsupported
+
+                try:
+                    self._native = NativeTick(self._prog, self._obs_buf, self._in, self.default_q,
+                                              self.action_scale)
+                except Unsupported:
+                    self._native = None
         elif out.dtype == np.float32:  # bound once: no feed / output conversion per tick (~50 us less, cold)
             self._y32 = np.zeros(out.shape, np.float32)
             self._io = self.session.io_binding()
@@ -351,6 +362,16 @@ class PolicyRuntime:
         return target
 
     def step(self, step: int, q, dq, gyro, quat, base_lin_vel, base_height, command=None) -> PolicyOutput:
+        nt = self._native
+        if nt is not None and 0 <= step <= nt.n_steps and command is None:
+            # observation, network and target in one compiled call: the same numbers as the path below
+            # (tests/test_policy_kernel.py); the outputs are copies, the caller's to keep
+            np.concatenate((gyro, quat, q, dq, self.last_action, base_lin_vel, (base_height,)), out=nt.stage)
+            nt.run(step)
+            self._time_step = step
+            action = nt.action.copy()
+            self.last_action = action
+            return PolicyOutput(step, self._phases[step], nt.obs.copy(), action, nt.target.copy())
         self.set_command(command)
         self._advance_gait()
         obs = self._observe(step, q, dq, gyro, quat, base_lin_vel, base_height)

@@ -222,3 +222,22 @@ def test_unsupported_shapes_are_refused_with_a_reason():
         K.lower(b, {"x": (3, 1)}, "y")
     with pytest.raises(K.Unsupported, match="not fed"):
         K.lower(b, {}, "y")
+
+
+@pytest.mark.parametrize("name", ["jump", "stand"])
+def test_native_tick_equals_the_step_by_step_path(name):
+    """The native motion tick in one call (observation, program, target: mlp_kernel.NativeTick) gives what
+    observe -> infer -> action_target give, bit for bit, at every step and past the motion's end."""
+    art = A.load_artifact(A.artifact_dir(name))
+    fast, slow = PolicyRuntime(art), PolicyRuntime(art)
+    slow._native = None
+    assert fast._native is not None and fast.backend == "compiled"
+    rng = np.random.default_rng(5)
+    for step in list(range(fast.n_steps + 1)) + [fast.n_steps + 3]:
+        state = _state(rng)
+        slow.last_action = fast.last_action.copy()
+        a, b = fast.step(step, *state), slow.step(step, *state)
+        assert a.step == b.step and a.phase == b.phase
+        for x, y in zip(a[2:], b[2:]):
+            assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), step
+    assert fast._time_step == slow._time_step
