@@ -241,3 +241,21 @@ def test_native_tick_equals_the_step_by_step_path(name):
         for x, y in zip(a[2:], b[2:]):
             assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), step
     assert fast._time_step == slow._time_step
+
+
+def test_deploy_cli_and_loop_pass_the_backend(jump):
+    from deploy.cli import build_parser
+    from deploy.loop import ControlLoop, LoopConfig
+
+    assert build_parser().parse_args([]).policy_backend == "auto"
+    assert build_parser().parse_args(["--policy-backend", "onnxruntime"]).policy_backend == "onnxruntime"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--policy-backend", "tensorrt"])
+
+    class NoLink:
+        domain, interface, crc_errors = 0, "none", 0
+
+    for backend in ("onnxruntime", "compiled"):
+        loop = ControlLoop(LoopConfig(policy_dir=str(jump.path), policy_backend=backend), jump, NoLink(),
+                           echo=lambda s: None)
+        assert loop.runtime.backend == backend
