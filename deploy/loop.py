@@ -85,6 +85,7 @@ class ControlLoop:
         self.sim = sim_client
         self.echo = echo
         self.estimator = estimator or Estimator(cfg.estimator)
+        SafetyMonitor.load_kernel()  # numba loads the safety kernel here, not when run() makes its monitor
         self.offsets = JointOffsets(cfg.joint_offsets)  # the one place LowState q enters (deploy.offsets)
         self.sm = StateMachine()
         self.edges = ButtonEdges()

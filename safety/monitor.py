@@ -21,6 +21,7 @@ except ImportError:  # pragma: no cover - numba is in both locks
 
 
 _SHAPE = (g1.NUM_MOTORS,)
+_kernel_loaded = False
 _F64 = np.dtype(np.float64)
 if _kernel is not None:
     _U_Q, _U_DQ, _U_PROP, _U_PREV, _U_QUAT = _kernel.U_Q, _kernel.U_DQ, _kernel.U_PROP, _kernel.U_PREV, _kernel.U_QUAT
@@ -128,8 +129,17 @@ class SafetyMonitor:
         if _kernel is not None:
             self._u = np.zeros(_kernel.U_N)
             self._set_gains(None)
-            _kernel.safety_tick(self._u, np.ones((_kernel.L_N, _kernel.NM)), 0.0, False, np.empty(_kernel.NM))  # compiled
-            # (or loaded from numba's cache) here, not in a tick
+            SafetyMonitor.load_kernel()
+
+    @staticmethod
+    def load_kernel() -> None:
+        """Compile (or load from numba's cache, ~0.3 s) the monitor's kernel once per process; the deploy loop
+        calls it at construction, before its run: a monitor made at the run's start then costs nothing."""
+        global _kernel_loaded
+        if _kernel is not None and not _kernel_loaded:
+            _kernel.safety_tick(np.zeros(_kernel.U_N), np.ones((_kernel.L_N, _kernel.NM)), 0.0, False,
+                                np.empty(_kernel.NM))
+            _kernel_loaded = True
 
     def _set_gains(self, gains) -> None:
         self._gains_in, self._gains = gains, None if gains is None else frozen_gains(gains)
