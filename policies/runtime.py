@@ -223,7 +223,8 @@ class PolicyRuntime:
             self._x32 = self._feed[self._in][0]
             cls = type(self)  # (a subclass that overrides a stage keeps the stages)
             plain = all(getattr(cls, m) is getattr(PolicyRuntime, m) for m in ("_observe", "infer", "action_target"))
-            if plain and self._obs_buf is not None and not spec.time_step_input:  # the whole native tick in one call
+            if plain and self._obs_buf is not None and not spec.time_step_input and spec.gait_period <= 0:
+                # the whole native tick in one call
                 from policies.mlp_kernel import NativeTick, Unsupported
 
                 try:
