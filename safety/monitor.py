@@ -43,15 +43,6 @@ class EStopLatch:
         self.trip: Trip | None = None
         self.time: float | None = None
 
-    def _set_gains(self, gains) -> None:
-        self._gains_in, self._gains = gains, None if gains is None else frozen_gains(gains)
-        self._lim = None
-        if _kernel is None or isinstance(self._gains, Trip):
-            return
-        self._kp, self._kd = (self.limits.kp, self.limits.kd) if self._gains is None else self._gains
-        if self._kp.shape == self._kd.shape == _SHAPE == self.limits.q_min.shape and bool(np.all(self._kp > 0)):
-            self._lim = _kernel.limit_rows(self.limits, self._kp, self._kd)
-
     @property
     def latched(self) -> bool:
         return self.trip is not None
