@@ -73,6 +73,8 @@ def take_raw_payloads(reader: Any, n: int = 64) -> list[bytes]:
     from cyclonedds._clayer import ddspy_take
     from cyclonedds.core import InstanceState, SampleState, ViewState
 
+    if reader is None:  # a listener callback racing the reader's deletion: cyclonedds found no entity for it
+        return []
     ret = ddspy_take(reader._ref, SampleState.Any | ViewState.Any | InstanceState.Any, n)
     if isinstance(ret, int):
         return []
