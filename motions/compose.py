@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated
 
 import mujoco
 import numpy as np
@@ -31,7 +30,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from motions.motion import MotionError, field_error
-from motions.schema import joint_offsets
+from motions.reference import smootherstep
+from motions.schema import _num, joint_offsets
 from robots import g1
 
 IK_TOL_M = 1e-4  # m (and rad): the feet's pose error a solved frame may keep
@@ -39,10 +39,6 @@ IK_ITERS = 50
 _LEG = [g1.joint_index(n) for n in g1.JOINT_NAMES if any(s in n for s in ("hip", "knee", "ankle"))]
 _PELVIS_KEYS = ("x", "y", "z", "roll", "pitch", "yaw")
 _HOME_PELVIS = (0.0, 0.0, g1.DEFAULT_BASE_HEIGHT, 0.0, 0.0, 0.0)
-
-
-def _num(lo=None, hi=None):
-    return Annotated[float, Field(strict=True, allow_inf_nan=False, ge=lo, le=hi)]
 
 
 class PelvisSpec(BaseModel):
@@ -94,11 +90,6 @@ def load_spec(path: str | Path) -> ComposeSpec:
     return spec
 
 
-def _smootherstep(s):
-    s = np.clip(s, 0.0, 1.0)
-    return s**3 * (10 - 15 * s + 6 * s**2)
-
-
 def waypoint_tracks(path, spec: ComposeSpec, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(T, 6) pelvis x, y, z, roll, pitch, yaw and (T, 29) joint offsets at `times` (smootherstep between
     waypoints, the last waypoint held)."""
@@ -106,7 +97,7 @@ def waypoint_tracks(path, spec: ComposeSpec, times: np.ndarray) -> tuple[np.ndar
     kp = np.array([[getattr(w.pelvis, k) for k in _PELVIS_KEYS] for w in spec.waypoints])
     ko = np.stack([joint_offsets(path, f"waypoints[{i}].joints", w.joints) for i, w in enumerate(spec.waypoints)])
     i = np.clip(np.searchsorted(kt, times, side="right") - 1, 0, len(kt) - 2)
-    s = _smootherstep((times - kt[i]) / (kt[i + 1] - kt[i]))[:, None]
+    s = smootherstep((times - kt[i]) / (kt[i + 1] - kt[i]))[:, None]
     return kp[i] + (kp[i + 1] - kp[i]) * s, ko[i] + (ko[i + 1] - ko[i]) * s
 
 

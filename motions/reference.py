@@ -64,7 +64,8 @@ def _quintic(p0, v0, a0, p1, v1, a1, T, tau):
     return p, v, a
 
 
-def _smootherstep(s):
+def smootherstep(s):
+    """s^3 (10 - 15 s + 6 s^2) on s clipped to [0, 1]: 0 to 1 with zero velocity and acceleration at both ends."""
     s = np.clip(s, 0.0, 1.0)
     return s**3 * (10 - 15 * s + 6 * s**2)
 
@@ -106,10 +107,10 @@ def base_and_feet(keys: list[Keyframe], times: np.ndarray):
                 rise = h[j] - (k.h + (k1.h - k.h) * s)
                 fh[j] = rise + (k.clearance - follow_rise(T)) * 64 * s**3 * (1 - s) ** 3
                 rel0, rel1 = k.foot_x - k.x, k1.foot_x - k1.x
-                fx[j] = x[j] + rel0 + (rel1 - rel0) * _smootherstep(s)
+                fx[j] = x[j] + rel0 + (rel1 - rel0) * smootherstep(s)
             else:
                 fh[j] = k.clearance * 64 * s**3 * (1 - s) ** 3
-                fx[j] = k.foot_x + (k1.foot_x - k.foot_x) * _smootherstep(s)
+                fx[j] = k.foot_x + (k1.foot_x - k.foot_x) * smootherstep(s)
             flight[j] = 0 < tau  # touch-down frame (tau = T) belongs to the next stance segment
         else:
             h[j], vz[j], az[j] = _quintic(k.h, bvz[i][0], bvz[i][1], k1.h, bvz[i + 1][0], bvz[i + 1][1], T, tau)
