@@ -58,8 +58,12 @@ def test_two_minute_soak(tmp_path, dds_domain):
 
 def test_stream_holds_under_two_busy_processes(tmp_path):
     """Two spinning processes (one per core of this machine) beside the jump dry run: at SCHED_FIFO the
-    500 Hz stream keeps its period (bench.deploy measures p99 <= 0.1 of 2 ms; bound here 0.2 for the
-    background load of a shared machine) and no stale-state trip: the run ends in HOLD."""
+    500 Hz stream holds and no stale-state trip: the run ends in HOLD. The bounds separate the loop at
+    SCHED_FIFO from one that lost it, not one machine's jitter from another's (that figure is bench.deploy's):
+    measured here with the same two busy processes, SCHED_FIFO gives period error p99 0.11-0.19 and 0-6
+    deadline misses of ~4500 ticks (CI: 0.44 and 2), SCHED_OTHER (cap_sys_nice dropped) p99 2.0-2.7 and
+    105-112 misses. A FIFO thread that does nothing but sleep to 2 ms deadlines still wakes up to 3.9 ms
+    late a few times in 10 s on this VM beside two busy processes."""
     import os
 
     from bench.deploy import contention_run
@@ -81,7 +85,8 @@ def test_stream_holds_under_two_busy_processes(tmp_path):
           f"{s['stream_period_error_p99']:.3f}, misses {s['deadline_misses']}, {s['scheduling']}")
     assert s["scheduling"].startswith("SCHED_FIFO")
     assert s["safety_events"] == [] and s["final_state"] == "HOLD", s["safety_events"]
-    assert out["deploy_contention_stream_period_error_p99"] < 0.2
+    assert out["deploy_contention_stream_period_error_p99"] < 1.0
+    assert out["deploy_contention_deadline_misses"] < 30, out
 
 
 def test_ctrl_c_ends_a_soak_with_a_partial_summary(tmp_path):
