@@ -30,7 +30,7 @@ def test_feet_stay_planted_by_forward_kinematics(clip):
     home = [(d.xpos[b].copy(), d.xquat[b].copy()) for b in feet]
     z = np.load(clip)
     table = z["joint_pos"]
-    assert float(z["fps"][0]) == 30.0 and table.shape == (217, 36) and list(z["joint_names"]) == list(g1.JOINT_NAMES)
+    assert float(z["fps"][0]) == 30.0 and table.shape == (223, 36) and list(z["joint_names"]) == list(g1.JOINT_NAMES)
     for row in table:
         d.qpos[:7], d.qpos[qadr] = row[:7], row[7:]
         mujoco.mj_kinematics(model, d)
@@ -64,7 +64,7 @@ def test_the_committed_clip_is_the_spec_composed(clip):
 
 def test_imported_by_name_as_a_both_feet_stance_clip():
     m = load_motion("reach_twist")
-    assert m.duration == pytest.approx(7.2) and m.num_steps == 361 and m.source_fps == 30.0
+    assert m.duration == pytest.approx(7.4) and m.num_steps == 371 and m.source_fps == 30.0
     assert m.contact.all() and not m.flight_mask.any() and m.flight_windows == ()
     assert m.ref_foot_height.max() < 1e-3
     assert m.ref_height.min() == pytest.approx(0.64, abs=2e-3)
