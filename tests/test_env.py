@@ -128,7 +128,7 @@ def test_reward_terms_hand_computed():
     x = R.RewardInputs(
         q=z29.at[0].set(0.1), ref_q=z29, dq=z29.at[1].set(2.0), ref_dq=z29, base_height=jnp.asarray(0.7),
         ref_height=jnp.asarray(0.8), base_lin_vel=jnp.asarray([0.5, 0.0, 0.0]), ref_base_lin_vel=jnp.zeros(3),
-        gravity=jnp.asarray([0.1, 0.0, -0.995]), foot_height=jnp.asarray([0.1, 0.0]), ref_foot_height=jnp.zeros(2),
+        gravity=jnp.asarray([0.1, 0.0, -0.995]), ref_gravity=jnp.asarray([0.0, 0.0, -1.0]), foot_height=jnp.asarray([0.1, 0.0]), ref_foot_height=jnp.zeros(2),
         foot_contact=jnp.asarray([True, False]), ref_contact=jnp.asarray([True, True]), fell=jnp.asarray(True),
         action=z29.at[2].set(1.0), last_action=z29, ref_action=z29.at[2].set(0.5).at[3].set(-0.5),
         torque_sq=jnp.asarray(30.0))
@@ -138,6 +138,11 @@ def test_reward_terms_hand_computed():
     assert t["base_height"] == pytest.approx(np.exp(-100.0 * 0.01))
     assert t["base_lin_vel"] == pytest.approx(np.exp(-4.0 * 0.25))
     assert t["base_orientation"] == pytest.approx(np.exp(-10.0 * 0.01))
+    # a leaning reference (an imported clip's pelvis pitch): the term compares with its gravity, not with level
+    lean = x._replace(ref_gravity=jnp.asarray([0.1, 0.0, -0.995]))
+    assert float(R.reward_terms(lean)["base_orientation"]) == 1.0
+    lean = x._replace(ref_gravity=jnp.asarray([-0.2, 0.05, -0.978]))
+    assert float(R.reward_terms(lean)["base_orientation"]) == pytest.approx(np.exp(-10.0 * (0.3**2 + 0.05**2)))
     assert t["foot_height"] == pytest.approx(np.exp(-100.0 * 0.01))
     assert t["foot_contact"] == 0.5 and t["alive"] == 1.0 and t["fall"] == 1.0
     assert t["action_rate"] == 1.0 and t["torque"] == 30.0
@@ -194,3 +199,17 @@ def test_real_motion_builds_an_env():
                               s.contact_force)[2]["r_residual"]) for a in a_ref]
     assert res[0] == pytest.approx(0.0, abs=1e-8)
     assert res[1] == pytest.approx(float(np.sum((a_ref[0] - a_ref[1]) ** 2)), rel=1e-4) and res[1] > 1e-4
+
+
+def test_orientation_term_follows_an_imported_clips_lean():
+    """reach_twist's squat pitches the pelvis 0.3 rad forward (motions/compose/reach_twist.yaml): the env's
+    reference gravity there is (sin 0.3, 0, -cos 0.3), hand-computed for a pitch about y; keyframe motions
+    (no orientation) keep (0, 0, -1), so their reward is what the level-pelvis term gave."""
+    motions = pytest.importorskip("motions")
+    m = motions.load_motion("reach_twist")
+    e = G1Env(nominal_cfg(), m)
+    k = int(round(4.0 / m.dt))
+    np.testing.assert_allclose(np.asarray(e._ref_g[k]), [np.sin(0.3), 0.0, -np.cos(0.3)], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(e._ref_g[0]), [0.0, 0.0, -1.0], atol=1e-6)
+    stand = G1Env(nominal_cfg(), hold_pose_motion(3, "stand"))
+    assert np.array_equal(np.asarray(stand._ref_g), np.tile([0.0, 0.0, -1.0], (stand.episode_length + 1, 1)))

@@ -173,6 +173,10 @@ class G1Env:
             ref_v[:, 2] = np.gradient(ref_h, cfg.control_dt)
         ref_c = getattr(motion, "contact", None)
         ref_c = ref_f < 0.01 if ref_c is None else np.asarray(ref_c, bool)
+        # the reference pelvis's tilt (imported clips lean and roll; keyframe motions are level: (0, 0, -1))
+        ref_quat = getattr(motion, "ref_base_quat", None)
+        ref_g = np.tile([0.0, 0.0, -1.0], (T, 1)) if ref_quat is None else \
+            P.projected_gravity(np.asarray(ref_quat, float) / np.linalg.norm(ref_quat, axis=1, keepdims=True))
         self.reward_weights = R.resolve_weights(getattr(motion, "reward_weights", None))
         self.duration = float(getattr(motion, "duration", self.episode_length * cfg.control_dt))
 
@@ -231,6 +235,7 @@ class G1Env:
         self._ref_dq = jnp.asarray(ref_dq, fdt)
         self._ref_v = jnp.asarray(ref_v, fdt)
         self._ref_c = jnp.asarray(ref_c)
+        self._ref_g = jnp.asarray(ref_g, fdt)
         # the action that commands exactly the reference target at each frame (the `residual` reward)
         self._ref_action = jnp.asarray((ref_q - np.asarray(g1.DEFAULT_JOINT_POS)) / cfg.action_scale, fdt)
         self._kp = jnp.asarray(g1.KP, fdt)
@@ -316,7 +321,7 @@ class G1Env:
         fell = self.fell(data, step)
         x = R.RewardInputs(q=q, ref_q=self._ref_q[i], dq=qvel[self.dadr], ref_dq=self._ref_dq[i],
                            base_height=h, ref_height=self._ref_h[i], base_lin_vel=qvel[0:3],
-                           ref_base_lin_vel=self._ref_v[i], gravity=grav, foot_height=feet,
+                           ref_base_lin_vel=self._ref_v[i], gravity=grav, ref_gravity=self._ref_g[i], foot_height=feet,
                            ref_foot_height=self._ref_f[i], foot_contact=in_contact, ref_contact=self._ref_c[i],
                            fell=fell, action=action, last_action=last_action,
                            ref_action=self._ref_action[i], torque_sq=torque_sq)

@@ -11,7 +11,7 @@ the sign: tracking terms are in (0, 1] with positive weights, penalty terms are 
 | `joint_vel` | exp(-K_JOINT_VEL * sum_j (dq_j - dq*_j)^2) | rad/s |
 | `base_height` | exp(-K_HEIGHT * (h - h*)^2) | m (10 cm -> e^-1) |
 | `base_lin_vel` | exp(-K_LIN_VEL * norm(v - v*)^2) | pelvis velocity, world frame, m/s (0.5 m/s -> e^-1) |
-| `base_orientation` | exp(-K_ORIENT * (g_x^2 + g_y^2)) | gravity in the pelvis frame: 1 when level |
+| `base_orientation` | exp(-K_ORIENT * ((g_x - g*_x)^2 + (g_y - g*_y)^2)) | gravity in the pelvis frame vs in the reference's (g* = 0, 0, -1 for keyframe motions: 1 when level; an imported clip's pelvis roll and pitch otherwise) |
 | `foot_height` | exp(-K_FOOT * sum_feet (f - f*)^2) | lowest sole-sphere bottom above the floor, m |
 | `foot_contact` | mean over feet of [in contact == reference contact] | in (0, 1]; a step function (no gradient) |
 | `alive` | 1 | per step |
@@ -64,6 +64,7 @@ class RewardInputs(NamedTuple):
     base_lin_vel: jax.Array  # (3,) world
     ref_base_lin_vel: jax.Array  # (3,) world
     gravity: jax.Array  # (3,) projected gravity (pelvis frame)
+    ref_gravity: jax.Array  # (3,) projected gravity in the reference's pelvis frame ((0, 0, -1) when level)
     foot_height: jax.Array  # (2,)
     ref_foot_height: jax.Array  # (2,)
     foot_contact: jax.Array  # (2,) bool
@@ -91,7 +92,7 @@ def reward_terms(x: RewardInputs) -> dict[str, jax.Array]:
         "joint_vel": jnp.exp(-K_JOINT_VEL * jnp.sum((x.dq - x.ref_dq) ** 2)),
         "base_height": jnp.exp(-K_HEIGHT * (x.base_height - x.ref_height) ** 2),
         "base_lin_vel": jnp.exp(-K_LIN_VEL * jnp.sum((x.base_lin_vel - x.ref_base_lin_vel) ** 2)),
-        "base_orientation": jnp.exp(-K_ORIENT * jnp.sum(x.gravity[:2] ** 2)),
+        "base_orientation": jnp.exp(-K_ORIENT * jnp.sum((x.gravity[:2] - x.ref_gravity[:2]) ** 2)),
         "foot_height": jnp.exp(-K_FOOT * jnp.sum((x.foot_height - x.ref_foot_height) ** 2)),
         "foot_contact": jnp.mean((x.foot_contact == x.ref_contact).astype(f)),
         "alive": jnp.ones_like(x.base_height),
