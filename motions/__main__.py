@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from motions.library import available_motions, contact_phases, load_motion, summary
+from motions.balance import balance, outside_windows
 from motions.momentum import flight_consistency
 from motions.motion import MotionError
 from motions.plot import plot_motion
@@ -36,6 +37,14 @@ def _preview(name: str, out: str | None) -> int:
         print(f"    angular momentum about the COM, pitch: {f['angmom_y_takeoff']:+.2f} N m s at take-off, range "
               f"{f['angmom_y_range']:.2f} in flight (constant if consistent): a free robot's pelvis would pitch "
               f"{f['free_pitch_drift_deg']:+.1f} deg by touch-down")
+    b = balance(m)
+    if b["min_com_margin_m"] is not None:
+        out = outside_windows(b["cop_margin"], m.times)
+        where = (f"leaves the feet at t = {', '.join(f'{a:.2f}-{c:.2f}' for a, c in out[:6])} s (worst "
+                 f"{-b['min_cop_margin_m'] * 100:.1f} cm outside at t = {b['min_cop_margin_t']:.2f} s)") if out else \
+            f"stays >= {b['min_cop_margin_m'] * 100:.1f} cm inside them"
+        print(f"  balance in stance: the COM >= {b['min_com_margin_m'] * 100:+.1f} cm inside the feet (t = "
+              f"{b['min_com_margin_t']:.2f} s); the CoP the reference's momentum needs {where}")
     for k, v in summary(m).items():
         print(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
     print(png)

@@ -230,7 +230,7 @@ def test_preview_cli_prints_phases_and_writes_the_plot(tmp_path, capsys):
 
 @pytest.mark.parametrize("name", ALL)
 def test_centre_of_mass_stays_over_the_feet_in_stance(name, bridge):
-    """Quasi-static plausibility: with the reference pose (pelvis upright at the reference position),
+    """Quasi-static plausibility: with the reference pose (pelvis at the reference position and orientation),
     the whole-body CoM lies between the heel and toe spheres whenever the feet are on the ground,
     except in the 0.15 s after a touch-down: there the floor brakes the flight's momentum (a forward
     jump lands with the feet ahead of the CoM on purpose), which is not quasi-static."""
@@ -244,7 +244,7 @@ def test_centre_of_mass_stays_over_the_feet_in_stance(name, bridge):
     for k in np.flatnonzero(~m.flight_mask & ~braking)[::3]:
         d.qpos[:] = 0
         d.qpos[:3] = m.ref_base_pos[k]
-        d.qpos[3] = 1.0
+        d.qpos[3:7] = (1.0, 0.0, 0.0, 0.0) if m.ref_base_quat is None else m.ref_base_quat[k]
         d.qpos[qadr] = m.ref_q[k]
         mujoco.mj_kinematics(model, d)
         mujoco.mj_comPos(model, d)

@@ -1,0 +1,101 @@
+"""Can a robot stand on the floor the way a reference moves? Two checks per stance frame:
+
+- the whole robot's COM, projected on the floor, inside the support polygon (the convex hull of the sole
+  contact spheres of the feet in contact): the quasi-static condition;
+- the centre of pressure (CoP) the reference's own momentum needs inside it. Newton-Euler about the COM c
+  with the ground reaction F = M (c'' + g) acting at a floor point p: (p - c) x F = dL/dt (L: the whole
+  robot's angular momentum about its COM, motions.momentum), so
+
+      p_x = c_x - (dL_y/dt + c_z F_x) / F_z,      p_y = c_y + (dL_x/dt - c_z F_y) / F_z.
+
+  The floor can only push with its pressure inside the feet. Where the required CoP leaves the support, no
+  contact force tracks the reference: a tracking policy must depart from it there (or fall).
+
+Margins are signed distances to the nearest edge line of the support polygon (m): positive inside (exact),
+negative outside (the distance to that edge's line: a lower bound at corners). Frames next to a flight are
+left out of the CoP check (their central differences straddle the touch-down's velocity jump), and so are the
+first and last two frames (one-sided differences).
+
+    python -m motions preview reach_twist    # prints both margins and where the CoP leaves the feet
+"""
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+from scipy.spatial import ConvexHull
+
+from motions.motion import Motion
+from robots.physics import GRAVITY
+
+
+def sole_points(pos: np.ndarray, quat: np.ndarray | None, q: np.ndarray) -> np.ndarray:
+    """(T, 2, S, 2) floor-plane x, y of each foot's sole contact spheres by FK on the bridge model."""
+    from motions.clips import _fk_model
+
+    model, qadr, soles = _fk_model()[:3]
+    d = mujoco.MjData(model)
+    out = np.zeros((len(pos), 2, len(soles[0]), 2))
+    for k in range(len(pos)):
+        d.qpos[:3] = pos[k]
+        d.qpos[3:7] = (1.0, 0.0, 0.0, 0.0) if quat is None else quat[k]
+        d.qpos[qadr] = q[k]
+        mujoco.mj_kinematics(model, d)
+        for f in range(2):
+            out[k, f] = d.geom_xpos[soles[f], :2]
+    return out
+
+
+def support_margin(points: np.ndarray, p: np.ndarray) -> float:
+    """Signed distance of floor point `p` to the nearest edge line of the convex hull of `points` (m, > 0 inside)."""
+    eq = ConvexHull(points).equations  # n . x + offset <= 0 inside, |n| = 1
+    return float(-np.max(eq[:, :2] @ p + eq[:, 2]))
+
+
+def required_cop(com: np.ndarray, L: np.ndarray, mass: float, dt: float) -> np.ndarray:
+    """(T, 2) floor CoP that gives the COM path `com` (T, 3) and angular momentum `L` (T, 3) about it."""
+    acc = np.gradient(np.gradient(com, dt, axis=0), dt, axis=0)
+    F = mass * (acc + np.array([0.0, 0.0, GRAVITY]))
+    Ld = np.gradient(L, dt, axis=0)
+    fz = np.where(F[:, 2] > 1e-9, F[:, 2], np.nan)  # no push (a floor-pull): no CoP
+    return np.stack([com[:, 0] - (Ld[:, 1] + com[:, 2] * F[:, 0]) / fz,
+                     com[:, 1] + (Ld[:, 0] - com[:, 2] * F[:, 1]) / fz], axis=1)
+
+
+def balance(m: Motion) -> dict:
+    """Per frame (T,): `com` (T, 3), `cop` (T, 2), `com_margin`, `cop_margin` (m; NaN where not checked), the
+    `checked` stance mask of the CoP check, and the worst of each with its time."""
+    from motions.clips import _fk_model
+    from motions.momentum import _root_pos, com_positions, motion_angmom
+
+    model = _fk_model()[0]
+    pos = _root_pos(m)
+    com = com_positions(pos, m.ref_q, m.ref_base_quat)
+    L, _ = motion_angmom(m)
+    cop = required_cop(com, L, float(np.sum(model.body_mass)), m.dt)
+    soles = sole_points(pos, m.ref_base_quat, m.ref_q)
+    contact = m.contact if m.contact is not None else np.ones((m.num_steps, 2), bool)
+    stance = contact.any(axis=1)
+    near_flight = np.convolve((~stance).astype(int), np.ones(3, int), mode="same") > 0
+    checked = stance & ~near_flight
+    checked[:2] = checked[-2:] = False  # one-sided differences at the ends
+    com_margin, cop_margin = np.full(m.num_steps, np.nan), np.full(m.num_steps, np.nan)
+    for k in np.flatnonzero(stance):
+        pts = soles[k][contact[k]].reshape(-1, 2)
+        com_margin[k] = support_margin(pts, com[k, :2])
+        if checked[k]:
+            cop_margin[k] = support_margin(pts, cop[k]) if np.all(np.isfinite(cop[k])) else -np.inf
+    t = m.times
+    out = {"com": com, "cop": cop, "com_margin": com_margin, "cop_margin": cop_margin, "checked": checked}
+    for key in ("com_margin", "cop_margin"):
+        v = out[key]
+        k = int(np.nanargmin(v)) if np.isfinite(v).any() or np.isinf(v).any() else None
+        out[f"min_{key}_m"] = float(v[k]) if k is not None else None
+        out[f"min_{key}_t"] = float(t[k]) if k is not None else None
+    return out
+
+
+def outside_windows(margin: np.ndarray, t: np.ndarray) -> list[tuple[float, float]]:
+    """(start, end) times of the runs of frames with margin < 0."""
+    bad = np.nan_to_num(margin, nan=1.0) < 0
+    edges = np.flatnonzero(np.diff(np.r_[0, bad.astype(int), 0]))
+    return [(float(t[a]), float(t[b - 1])) for a, b in zip(edges[::2], edges[1::2])]
