@@ -67,17 +67,20 @@ def leg_geometry() -> tuple[LegGeometry, LegGeometry]:
     return out[0], out[1]
 
 
-def leg_ik(geo: LegGeometry, ankle_rel_pelvis_x, ankle_rel_pelvis_z):
-    """Planar IK: ankle-pitch axis position in the (upright) pelvis frame -> (hip, knee, ankle) pitch.
-
-    Rotation about +y by theta acts on w = x + i z as w * exp(-i theta). With w = hip->ankle,
-    w = exp(-i q_hip) (a + exp(-i q_knee) b), a = thigh, b = shank; the foot is flat when
-    q_hip + q_knee + q_ankle = 0 (flat at q = 0). Returns arrays and the reach ratio
-    |hip->ankle| / (|a| + |b|) (NaN angles where unreachable).
+def leg_ik(geo: LegGeometry, ankle_rel_pelvis_x, ankle_rel_pelvis_z, pelvis_pitch=0.0):
+    """Planar IK: ankle-pitch axis position relative to the pelvis (world x, z) -> (hip, knee, ankle) pitch,
+    for a pelvis pitched by `pelvis_pitch` about +y (0: upright).
+    Rotation about +y by theta acts on w = x + i z as w * exp(-i theta); the world vector in the pelvis
+    frame is w * exp(+i pitch). With w = hip->ankle (pelvis frame), w = exp(-i q_hip) (a + exp(-i q_knee) b),
+    a = thigh, b = shank; the foot is flat on the floor when pitch + q_hip + q_knee + q_ankle = 0 (flat at
+    q = 0, pitch = 0). Returns arrays and the reach ratio |hip->ankle| / (|a| + |b|) (NaN angles where
+    unreachable).
     """
     a = complex(*geo.thigh)
     b = complex(*geo.shank)
-    d = (np.asarray(ankle_rel_pelvis_x) - geo.hip[0]) + 1j * (np.asarray(ankle_rel_pelvis_z) - geo.hip[1])
+    pitch = np.asarray(pelvis_pitch, float)
+    d = (np.asarray(ankle_rel_pelvis_x) + 1j * np.asarray(ankle_rel_pelvis_z)) * np.exp(1j * pitch) \
+        - (geo.hip[0] + 1j * geo.hip[1])
     la, lb = abs(a), abs(b)
     c = (np.abs(d) ** 2 - la**2 - lb**2) / (2 * la * lb)
     phi = np.angle(b) - np.angle(a)
@@ -86,5 +89,5 @@ def leg_ik(geo: LegGeometry, ankle_rel_pelvis_x, ankle_rel_pelvis_z):
     w = a + np.exp(-1j * knee) * b
     hip = np.angle(w) - np.angle(d)
     hip = (hip + np.pi) % (2 * np.pi) - np.pi
-    ankle = -(hip + knee)
+    ankle = -(hip + knee) - pitch
     return hip, knee, ankle, np.abs(d) / (la + lb)

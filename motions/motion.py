@@ -26,7 +26,8 @@ class Motion:
     """A reference trajectory at `dt` from t = 0 to `duration` inclusive (T = round(duration/dt) + 1).
 
     Arrays are read-only. World frame: x forward, z up. Keyframe motions keep the pelvis upright
-    (identity orientation) and at y = 0; imported clips (motions.clips) carry `ref_base_quat` and y.
+    (identity orientation, unless a keyframe sets pelvis_pitch: then `ref_base_quat` pitches about y) and at
+    y = 0; imported clips (motions.clips) carry `ref_base_quat` and y.
     """
 
     name: str

@@ -130,15 +130,38 @@ def _offsets(keys: list[Keyframe], times: np.ndarray) -> np.ndarray:
     return np.repeat(ko, len(times), axis=0)
 
 
-def _legs(path, times, x, h, fh, fx, q) -> np.ndarray:
-    """Leg IK into q's hip pitch, knee and ankle pitch (in place) for pelvis (x, h) and soles (fx, fh);
+def _pitch(keys: list[Keyframe], times: np.ndarray) -> np.ndarray:
+    """(T,) pelvis pitch, rad: PCHIP of the keyframe pitches (as the joint offsets), held after the last keyframe."""
+    kt = np.array([k.t for k in keys])
+    kp = np.array([k.pitch for k in keys])
+    if len(keys) >= 2 and np.any(kp != 0.0):
+        from scipy.interpolate import PchipInterpolator
+
+        return PchipInterpolator(kt, kp, extrapolate=False)(np.minimum(times, kt[-1]))
+    return np.full(len(times), kp[0] if len(keys) else 0.0)
+
+
+def pitch_quat(pitch: np.ndarray) -> np.ndarray | None:
+    """(T, 4) w, x, y, z orientation of a pelvis pitched about y; None when level throughout (upright)."""
+    if not np.any(pitch != 0.0):
+        return None
+    return np.stack([np.cos(pitch / 2), np.zeros_like(pitch), np.sin(pitch / 2), np.zeros_like(pitch)], axis=1)
+
+
+def _root(x, h, pitch):
+    """Root positions (T, 3) and orientations (or None) for com_positions."""
+    return np.stack([x, np.zeros_like(x), h], 1), pitch_quat(pitch)
+
+
+def _legs(path, times, x, h, fh, fx, q, pitch=0.0) -> np.ndarray:
+    """Leg IK into q's hip pitch, knee and ankle pitch (in place) for pelvis (x, h, pitch) and soles (fx, fh);
     returns the (T, 2, 3) sole reference points. A MotionError names `path` and the first unreachable time."""
     geos = leg_geometry()
     foot_pos = np.zeros((len(times), 2, 3))
     for side, geo in enumerate(geos):
         ankle_world_x = fx + geo.home_ankle_x
         ankle_world_z = fh + geo.ankle_height
-        hip, knee, ankle, reach = leg_ik(geo, ankle_world_x - x, ankle_world_z - h)
+        hip, knee, ankle, reach = leg_ik(geo, ankle_world_x - x, ankle_world_z - h, pitch)
         bad = np.flatnonzero(~np.isfinite(knee) | (reach > 1.0))
         if bad.size:
             j = int(bad[0])
@@ -174,8 +197,10 @@ def _com_ballistic(path, keys: list[Keyframe], times: np.ndarray, dt: float, bas
         ts = np.asarray(ts, float)
         hh, _, _, xx, _, ffh, ffx, _ = base_and_feet(keys, ts)
         qq = g1.DEFAULT_JOINT_POS + _offsets(keys, ts)
-        _legs(path, ts, xx, hh, ffh, ffx, qq)
-        return com_positions(np.stack([xx, np.zeros_like(xx), hh], 1), qq)[:, [0, 2]]
+        pp = _pitch(keys, ts)
+        _legs(path, ts, xx, hh, ffh, ffx, qq, pp)
+        pos, quat = _root(xx, hh, pp)
+        return com_positions(pos, qq, quat)[:, [0, 2]]
 
     def outer(i, side):
         """COM (p, v, a) at keyframe i of the uncorrected reference on the `side` (-1 before, +1 after) of it:
@@ -223,6 +248,7 @@ def _com_ballistic(path, keys: list[Keyframe], times: np.ndarray, dt: float, bas
         fix[sel] = True
     F = np.flatnonzero(fix)
     offsets = _offsets(keys, times[F])
+    pitch = _pitch(keys, times[F])
     px, pz = x[F].copy(), h[F].copy()
     fh, fx = np.array(fh, float), np.array(fx, float)
     fh0, fx0 = fh[F].copy(), fx[F].copy()
@@ -236,8 +262,9 @@ def _com_ballistic(path, keys: list[Keyframe], times: np.ndarray, dt: float, bas
                 d0, d1 = np.interp([t0, t1], times[F], d)
                 base_f[F[sel]] = f0[sel] + d[sel] - (d0 + (d1 - d0) * s)
         q = g1.DEFAULT_JOINT_POS + offsets
-        _legs(path, times[F], px, pz, fh[F], fx[F], q)
-        com = com_positions(np.stack([px, np.zeros_like(px), pz], 1), q)[:, [0, 2]]
+        _legs(path, times[F], px, pz, fh[F], fx[F], q, pitch)
+        pos, quat = _root(px, pz, pitch)
+        com = com_positions(pos, q, quat)[:, [0, 2]]
         r = c[F] - com
         err = np.abs(r).max(axis=1)
         if not np.all(np.isfinite(err)):
@@ -275,11 +302,13 @@ def build_motion(path: Path, meta: MotionMeta, keys: list[Keyframe], dt: float =
             raise field_error(path, "keyframes", f"the pelvis accelerates down at {-az[j]:.1f} m/s^2 > g at t = {times[j]:.2f} s "
                              "while standing: the floor would have to pull the feet; lengthen that segment")
     q = g1.DEFAULT_JOINT_POS + _offsets(keys, times)
-    foot_pos = _legs(path, times, x, h, fh, fx, q)
+    pitch = _pitch(keys, times)
+    foot_pos = _legs(path, times, x, h, fh, fx, q, pitch)
+    quat = pitch_quat(pitch)
     if com_mode:  # the floor can only push: the COM's downward acceleration in stance is at most g
         from motions.momentum import com_positions
 
-        cz = com_positions(np.stack([x, np.zeros(T), h], 1), q)[:, 2]
+        cz = com_positions(np.stack([x, np.zeros(T), h], 1), q, quat)[:, 2]
         az_fd = np.gradient(np.gradient(cz, dt), dt) if T >= 3 else np.zeros(T)
         com_az = np.where(fixed, com_az, az_fd)
         pull = np.flatnonzero(~flight & (com_az < -GRAVITY - 1e-6))
@@ -318,4 +347,4 @@ def build_motion(path: Path, meta: MotionMeta, keys: list[Keyframe], dt: float =
         v.setflags(write=False)
     return Motion(name=meta.name, duration=meta.duration, reward_weights=dict(meta.reward_weights), dt=dt,
                   description=meta.description, source=str(path), flight_windows=windows,
-                  takeoff_heights=heights, takeoff_vz=v0s, **arrays)
+                  takeoff_heights=heights, takeoff_vz=v0s, ref_base_quat=quat, **arrays)
