@@ -21,6 +21,9 @@ inclusive):
   feet's sole height 0 is the home-keyframe stance (the sole spheres are 0.8 mm above the floor
   there), so a standing frame at 0.785 m is exactly g1.DEFAULT_JOINT_POS.
 - Other joints: default + PCHIP (monotone, C1) interpolation of the keyframe offsets.
+- Pelvis pitch (`pelvis_pitch`, + leans forward; 0 when absent): PCHIP within each contact phase (a flight
+  pitches at a constant rate; the rate may change at take-off and touch-down, where impacts change it);
+  the legs are solved for the pitched pelvis and `Motion.ref_base_quat` carries it (None when level).
 `build_motion` checks joint limits, joint velocity limits, leg reach and that the floor never
 has to pull the feet, and names the file and the time of the first violation.
 
@@ -131,14 +134,22 @@ def _offsets(keys: list[Keyframe], times: np.ndarray) -> np.ndarray:
 
 
 def _pitch(keys: list[Keyframe], times: np.ndarray) -> np.ndarray:
-    """(T,) pelvis pitch, rad: PCHIP of the keyframe pitches (as the joint offsets), held after the last keyframe."""
+    """(T,) pelvis pitch, rad: PCHIP of the keyframe pitches within each contact phase, held after the last
+    keyframe. A flight is its own phase (two keyframes: a constant pitch rate in the air), so the pitch rate
+    may change at take-off and touch-down as the impact and the toe-off change it; C1 everywhere else."""
     kt = np.array([k.t for k in keys])
     kp = np.array([k.pitch for k in keys])
-    if len(keys) >= 2 and np.any(kp != 0.0):
-        from scipy.interpolate import PchipInterpolator
+    out = np.full(len(times), kp[-1] if len(keys) else 0.0)
+    if len(keys) < 2 or not np.any(kp != 0.0):
+        return out
+    from scipy.interpolate import PchipInterpolator
 
-        return PchipInterpolator(kt, kp, extrapolate=False)(np.minimum(times, kt[-1]))
-    return np.full(len(times), kp[0] if len(keys) else 0.0)
+    cuts = sorted({0, len(keys) - 1} | {i for i, k in enumerate(keys[:-1]) if k.flight}
+                  | {i + 1 for i, k in enumerate(keys[:-1]) if k.flight})
+    for a, b in zip(cuts[:-1], cuts[1:]):  # phases [a, b] share their end keyframes
+        sel = (times >= kt[a]) & (times <= kt[b])
+        out[sel] = PchipInterpolator(kt[a:b + 1], kp[a:b + 1])(times[sel])
+    return out
 
 
 def pitch_quat(pitch: np.ndarray) -> np.ndarray | None:
