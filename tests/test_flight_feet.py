@@ -87,7 +87,7 @@ def test_follow_in_com_mode_moves_the_soles_with_the_solved_pelvis():
 def test_jump_swing_flight_is_consistent_in_both_momenta():
     (f,) = flight_consistency(load_motion_file(MOTIONS_DIR / "jump_swing.yaml"))
     assert f["com_dvxy"] < 0.01 and abs(f["com_az_mean"] + GRAVITY) < 0.05, f
-    assert abs(f["free_pitch_drift_deg"]) < 1.0, f  # jump_ballistic (legs tucking, upper body still): +32 deg
+    assert abs(f["free_pitch_drift_deg"]) < 2.5, f  # jump_ballistic (legs tucking, upper body still): +32 deg
     (g,) = flight_consistency(load_motion_file(MOTIONS_DIR / "jump_ballistic.yaml"))
     assert g["free_pitch_drift_deg"] > 20.0, g
 

@@ -50,7 +50,7 @@ def test_leaning_pelvis_keeps_the_feet_flat_on_the_floor(tmp_path):
 def test_without_pelvis_pitch_the_reference_is_upright_and_unchanged():
     """No keyframe pitches: ref_base_quat stays None (the motions written before the field are unchanged;
     tests/test_reference_com.py holds them byte for byte)."""
-    m = load_motion_file(MOTIONS_DIR / "jump_swing.yaml")
+    m = load_motion_file(MOTIONS_DIR / "jump_ballistic.yaml")
     assert m.ref_base_quat is None
 
 
@@ -88,3 +88,27 @@ def test_leg_ik_pitch_sign():
     h1, k1, a1, _ = leg_ik(geo, x, z, 0.2)
     assert h1 + k1 + a1 + 0.2 == pytest.approx(0.0, abs=1e-12) and h0 + k0 + a0 == pytest.approx(0.0, abs=1e-12)
     assert h1 < h0
+
+
+def test_jump_swing_lands_with_its_momentum(tmp_path):
+    """jump_swing's landing: the pelvis pitches forward as the legs flex (0.03 -> 0.48 rad in 0.12 s). With it the
+    CoP the reference needs stays inside the feet after touch-down and the angular momentum about the COM changes
+    by less than 3.5 N m s across touch-down; the same keyframes with a level pelvis need the CoP outside the
+    feet and a jump of more than 7 N m s (the flexing legs' nose-up momentum, which no floor force gives in a frame)."""
+    from motions.balance import balance
+    from motions.momentum import motion_angmom
+
+    def landing(m):
+        b = balance(m)
+        after = b["checked"] & (m.times > m.flight_windows[0][1])
+        L, _ = motion_angmom(m)
+        k = int(round(m.flight_windows[0][1] / m.dt))
+        return float(np.min(b["cop_margin"][after])), float(L[k + 1, 1] - L[k - 1, 1])
+
+    cop, dL = landing(load_motion_file(MOTIONS_DIR / "jump_swing.yaml"))
+    assert cop > 0.0 and abs(dL) < 3.5, (cop, dL)
+    raw = yaml.safe_load((MOTIONS_DIR / "jump_swing.yaml").read_text())
+    for k in raw["keyframes"]:
+        k.pop("pelvis_pitch", None)
+    cop, dL = landing(load_motion_file(_write(tmp_path, raw, "jump_swing")))
+    assert cop < -0.02 and dL < -7.0, (cop, dL)
