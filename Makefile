@@ -23,7 +23,7 @@ DEPLOY_VENV := .venv-deploy
 VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
 PYTHON ?= python3
 
-.PHONY: setup setup-deploy lint-imports test test-slow gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
+.PHONY: setup setup-deploy lint-imports test test-slow gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table landing-search contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
 
 setup: $(STAMP)
 
@@ -119,6 +119,10 @@ calibration-loop: setup lo-multicast
 # and prints the markdown table. A new motion: make motion-table ARGS="--motions <name>"
 motion-table: setup lo-multicast
 	$(PY) -m experiments.motion_table $(ARGS)
+
+# results/landing_search.json (README "Motions": jump_swing's landing keyframes and why)
+landing-search: setup
+	$(PY) -m experiments.landing_search $(ARGS)
 
 # results/contact_models.json + docs/contact_models.png (README "Training contact")
 contact-figure: setup
