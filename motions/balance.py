@@ -65,11 +65,11 @@ def balance(m: Motion) -> dict:
     """Per frame (T,): `com` (T, 3), `cop` (T, 2), `com_margin`, `cop_margin` (m; NaN where not checked), the
     `checked` stance mask of the CoP check, and the worst of each with its time."""
     from motions.clips import _fk_model
-    from motions.momentum import _root_pos, com_positions, motion_angmom
+    from motions.momentum import _root_pos, com_trajectory, motion_angmom
 
     model = _fk_model()[0]
     pos = _root_pos(m)
-    com = com_positions(pos, m.ref_q, m.ref_base_quat)
+    com = com_trajectory(m)
     L, _ = motion_angmom(m)
     cop = required_cop(com, L, float(np.sum(model.body_mass)), m.dt)
     soles = sole_points(pos, m.ref_base_quat, m.ref_q)
@@ -88,7 +88,7 @@ def balance(m: Motion) -> dict:
     out = {"com": com, "cop": cop, "com_margin": com_margin, "cop_margin": cop_margin, "checked": checked}
     for key in ("com_margin", "cop_margin"):
         v = out[key]
-        k = int(np.nanargmin(v)) if np.isfinite(v).any() or np.isinf(v).any() else None
+        k = None if np.isnan(v).all() else int(np.nanargmin(v))
         out[f"min_{key}_m"] = float(v[k]) if k is not None else None
         out[f"min_{key}_t"] = float(t[k]) if k is not None else None
     return out
