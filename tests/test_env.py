@@ -213,3 +213,54 @@ def test_orientation_term_follows_an_imported_clips_lean():
     np.testing.assert_allclose(np.asarray(e._ref_g[0]), [0.0, 0.0, -1.0], atol=1e-6)
     stand = G1Env(nominal_cfg(), hold_pose_motion(3, "stand"))
     assert np.array_equal(np.asarray(stand._ref_g), np.tile([0.0, 0.0, -1.0], (stand.episode_length + 1, 1)))
+
+
+def test_random_starts_are_the_reference_states():
+    """env.random_start: a reset at frame k starts from the reference's state there. Oracles: C MuJoCo
+    kinematics of the start table (a stance frame's lowest foot sphere on the floor, a flight frame's
+    soles in the air), the reference's joints and joint velocities, the pelvis's body-frame angular
+    velocity against 2 Im(conj(q) dq/dt) from central differences of the quaternion's components, and
+    the draws: ~random_start of them past frame 0, none past the margin, the previous action the one
+    commanding that frame."""
+    motions = pytest.importorskip("motions")
+    m = motions.load_motion("reach_twist")
+    e = G1Env(nominal_cfg(random_start=0.5), m)
+    qpos, qvel = np.asarray(e._start_qpos), np.asarray(e._start_qvel)
+    np.testing.assert_allclose(qpos[0], e.init_qpos, atol=1e-6)
+    np.testing.assert_array_equal(qvel[0], 0.0)
+    np.testing.assert_allclose(qpos[1:, e.qadr], m.ref_q[1:], atol=1e-6)
+    np.testing.assert_allclose(qvel[1:, e.dadr], m.ref_dq[1:], atol=1e-6)
+    d = mujoco.MjData(e.mj_model)
+    for k in range(1, m.num_steps, 7):
+        d.qpos[:] = qpos[k]
+        mujoco.mj_kinematics(e.mj_model, d)
+        assert (d.geom_xpos[e.sphere_geoms, 2] - e.sphere_radius).min() == pytest.approx(0.0, abs=1e-6)  # float32 table
+    q = m.ref_base_quat / np.linalg.norm(m.ref_base_quat, axis=1, keepdims=True)
+    for k in range(2, m.num_steps - 2, 11):
+        dq = (q[k + 1] - q[k - 1]) / (2 * m.dt)
+        w, v = q[k][0], -q[k][1:]  # conj(q)
+        prod_vec = w * dq[1:] + dq[0] * v + np.cross(v, dq[1:])
+        np.testing.assert_allclose(qvel[k, 3:6], 2 * prod_vec, atol=2e-3 + 0.02 * np.abs(qvel[k, 3:6]).max())
+    assert np.abs(qvel[:, 5]).max() > 0.3  # the clip turns: the check above saw a yaw rate
+
+    jump = motions.load_motion("jump_swing")
+    ej = G1Env(nominal_cfg(random_start=0.5), jump)
+    d = mujoco.MjData(ej.mj_model)
+    flight = ~np.asarray(ej._ref_c).any(axis=1)
+    assert flight.sum() > 10
+    for k in np.nonzero(flight)[0]:
+        d.qpos[:] = np.asarray(ej._start_qpos)[k]
+        mujoco.mj_kinematics(ej.mj_model, d)
+        assert (d.geom_xpos[ej.sphere_geoms, 2] - ej.sphere_radius).min() > 0.0
+
+    states = jax.jit(e.reset_batch, static_argnums=1)(jax.random.PRNGKey(3), 400)
+    k = np.asarray(states.step)
+    assert 0.4 < np.mean(k > 0) < 0.6
+    assert k.max() < e.num_start_frames == e.episode_length - 25
+    np.testing.assert_allclose(np.asarray(states.data.qpos), qpos[k], atol=1e-6)
+    i = int(np.argmax(k))
+    np.testing.assert_allclose(np.asarray(states.last_action[i]), np.asarray(e._ref_action[k[i]]), atol=1e-6)
+    assert np.all(np.asarray(states.last_action)[k == 0] == 0.0)
+    assert np.all(np.isfinite(np.asarray(states.obs)))
+    with pytest.raises(ValueError, match="probability"):
+        nominal_cfg(random_start=1.5)

@@ -83,6 +83,11 @@ class EnvConfig:
     obs_noise: float = 1.0  # multiplier of OBS_NOISE; 0 switches noise off
     obs_terms: tuple[str, ...] = tuple(O.MOTION_OBS_TERMS)  # the observation layout, in order
     max_height_error: float | None = None  # m, |h - h*| beyond it also ends the episode (None: off)
+    # probability that a reset starts at a random reference frame (its pose and velocity) instead of
+    # frame 0 (reference state initialisation): the late parts of a long clip, or a landing, get trained
+    # before the policy survives the way there. 0: every episode starts at frame 0
+    random_start: float = 0.0
+    random_start_margin_s: float = 0.5  # random starts leave at least this much of the motion
     stiff_force: float = 400.0  # N per foot sphere: the `stiff_contact` metric (BCG has its own tau)
     foot_friction: float = 0.6  # nominal, used when domain randomisation is off
     domain_rand: DR.DomainRandConfig = DR.DomainRandConfig()
@@ -94,6 +99,8 @@ class EnvConfig:
     def __post_init__(self):
         if self.contact not in CONTACT_MODELS:
             raise ValueError(f"unknown env.contact {self.contact!r}; use one of {CONTACT_MODELS}")
+        if not 0.0 <= self.random_start <= 1.0:
+            raise ValueError(f"env.random_start={self.random_start} is a probability: use a value in [0, 1]")
         if self.contact == "sigmoid":
             try:
                 self.contact_params().validate(self.physics_dt)
@@ -223,6 +230,9 @@ class G1Env:
             lambda x: x.astype(jnp.asarray(0).dtype) if jnp.issubdtype(x.dtype, jnp.integer) else x, mjx.put_data(m, d))
         foot_of_body = {int(b): i for i, b in enumerate(self.foot_body)}
         self.sphere_foot = np.array([foot_of_body[int(m.geom_bodyid[g])] for g in self.sphere_geoms])
+        start_qpos, start_qvel = self._reference_states(m, motion, ref_q, ref_h, ref_dq, ref_c, cfg.control_dt)
+        # the frames a random start may pick: at least random_start_margin_s of the motion left
+        self.num_start_frames = max(1, self.episode_length - int(round(cfg.random_start_margin_s / cfg.control_dt)))
         self.contact_geoms = np.concatenate([[floor], self.sphere_geoms])
 
         self.sphere_efc_rows = None if self.sigmoid else self._sphere_efc_rows()
@@ -238,6 +248,8 @@ class G1Env:
         self._ref_g = jnp.asarray(ref_g, fdt)
         # the action that commands exactly the reference target at each frame (the `residual` reward)
         self._ref_action = jnp.asarray((ref_q - np.asarray(g1.DEFAULT_JOINT_POS)) / cfg.action_scale, fdt)
+        self._start_qpos = jnp.asarray(start_qpos, fdt)
+        self._start_qvel = jnp.asarray(start_qvel, fdt)
         self._kp = jnp.asarray(g1.KP, fdt)
         self._kd = jnp.asarray(g1.KD, fdt)
         self._lim = jnp.asarray(g1.TORQUE_LIMIT, fdt)
@@ -248,6 +260,43 @@ class G1Env:
         self._metric_zeros = None
 
     # ------------------------------------------------------------------ helpers
+    def _reference_states(self, m, motion, ref_q, ref_h, ref_dq, ref_c, dt):
+        """(T, nq), (T, nv): the reference's state at each frame, the reset states of random starts.
+
+        Pelvis x, y and orientation from the reference when it has them (upright at x = y = 0 otherwise),
+        joints and their velocities, the pelvis's linear velocity (world) and its angular velocity (body
+        frame, mj_differentiatePos of neighbouring frames). In a frame with a foot on the floor the pelvis
+        is shifted so the lowest foot sphere touches the floor, as frame 0's start is; in a flight frame
+        it keeps the reference's height plus frame 0's shift (the sole model's offset)."""
+        T = ref_q.shape[0]
+        pos = getattr(motion, "ref_base_pos", None)
+        quat = getattr(motion, "ref_base_quat", None)
+        vel = getattr(motion, "ref_base_lin_vel", None)
+        qpos = np.zeros((T, m.nq))
+        qpos[:, 0:2] = 0.0 if pos is None else np.asarray(pos, float)[:, 0:2] - np.asarray(pos, float)[0, 0:2]
+        qpos[:, 2] = ref_h
+        qpos[:, 3:7] = [1.0, 0.0, 0.0, 0.0] if quat is None else \
+            np.asarray(quat, float) / np.linalg.norm(quat, axis=1, keepdims=True)
+        qpos[:, self.qadr] = ref_q
+        d = mujoco.MjData(m)
+        shift = np.zeros(T)
+        for k in range(T):
+            d.qpos[:] = qpos[k]
+            mujoco.mj_kinematics(m, d)
+            shift[k] = (d.geom_xpos[self.sphere_geoms, 2] - self.sphere_radius).min()
+        stance = np.asarray(ref_c, bool).any(axis=1)
+        qpos[:, 2] -= np.where(stance, shift, shift[0])
+        qvel = np.zeros((T, m.nv))
+        for k in range(T):
+            a, b = max(k - 1, 0), min(k + 1, T - 1)
+            mujoco.mj_differentiatePos(m, qvel[k], (b - a) * dt, qpos[a], qpos[b])
+        if vel is not None:
+            qvel[:, 0:3] = np.asarray(vel, float)
+        qvel[:, self.dadr] = ref_dq
+        qvel[0] = 0.0  # frame 0 is the standing start (zero velocity) whatever the reference's first difference
+        qpos[0] = self.init_qpos
+        return qpos, qvel
+
     def _sphere_efc_rows(self) -> np.ndarray:
         """(8, 4) constraint rows of the spheres' floor contacts: MJX keeps a fixed contact list (floor x
         each sphere), each condim-3 pyramid = 4 rows ("mjx" contact only)."""
@@ -345,16 +394,25 @@ class G1Env:
 
     # ------------------------------------------------------------------ API
     def reset(self, rng: jax.Array) -> EnvState:
-        """Reference frame 0, feet on the floor, zero velocity, freshly sampled EnvParams."""
-        k_dr, k_state = jax.random.split(rng)
+        """Reference frame 0, feet on the floor, zero velocity, freshly sampled EnvParams; with probability
+        cfg.random_start a uniformly drawn frame of the first num_start_frames instead (its reference state,
+        the previous action = the action commanding that frame's reference)."""
+        k_dr, k_state, k_start, k_frame = jax.random.split(rng, 4)
         dr = DR.sample_params(k_dr, self.cfg.domain_rand, self._nominal)
         fdt = self._kp.dtype
         zeros_a = jnp.zeros(g1.NUM_MOTORS, fdt)
         data = self.init_data
+        step = jnp.int32(0)
+        last_action = zeros_a
+        if self.cfg.random_start > 0:
+            pick = jax.random.uniform(k_start) < self.cfg.random_start
+            step = jnp.where(pick, jax.random.randint(k_frame, (), 0, self.num_start_frames), 0).astype(jnp.int32)
+            data = data.replace(qpos=self._start_qpos[step], qvel=self._start_qvel[step])
+            last_action = jnp.where(step > 0, self._ref_action[step], zeros_a)
         force = jnp.zeros(self.num_spheres, fdt)
-        _, _, metrics = self._evaluate(data, jnp.int32(0), zeros_a, zeros_a, jnp.zeros((), fdt), force)
+        _, _, metrics = self._evaluate(data, step, zeros_a, zeros_a, jnp.zeros((), fdt), force)
         state = EnvState(
-            data=data, step=jnp.int32(0), last_action=zeros_a, obs=jnp.zeros(self.observation_size, fdt),
+            data=data, step=step, last_action=last_action, obs=jnp.zeros(self.observation_size, fdt),
             reward=jnp.zeros((), fdt), done=jnp.asarray(False), truncated=jnp.asarray(False),
             metrics=jax.tree.map(jnp.zeros_like, metrics), contact_force=force, dr=dr, rng=k_state,
         )
