@@ -1,7 +1,8 @@
 """The deploy control loop: LowState -> estimator -> observation -> ONNX -> safety -> LowCmd.
 
 One thread, scheduled against absolute deadlines (command stream every g1.COMMAND_DT = 2 ms,
-the policy on every 10th command tick = g1.CONTROL_DT); a late wake-up skips the missed slots
+the policy on every 10th command tick = g1.CONTROL_DT); each tick's work starts SEND_LEAD_S before
+its deadline and its LowCmd is written at the deadline; a late wake-up skips the missed slots
 instead of bursting, and never sleeps a full period after its work. Every command passes through
 `safety.SafetyMonitor`, whose latch turns every later command into damping.
 
@@ -38,6 +39,11 @@ from safety import Limits, SafetyMonitor, WatchdogConfig, all_finite
 
 DECIMATION = int(round(g1.CONTROL_DT / g1.COMMAND_DT))  # command ticks per policy tick (10)
 POLICY_LEAD_S = 0.0015  # policy ticks: observation + ONNX start this early (p99 compute ~1 ms here)
+# every tick: state machine, safety gate and the command's build start this early; the write waits for the
+# deadline, so the stream's period carries only the wake-up's jitter, not the work's (measured beside a busy
+# process: work after the wake-up p50 0.18 / p99 0.27 ms; period error p99 0.082 from the send times, 0.023
+# from the wake-ups)
+SEND_LEAD_S = 0.0005
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,11 +159,8 @@ class ControlLoop:
                     if deadline - POLICY_LEAD_S > now:
                         time.sleep(deadline - POLICY_LEAD_S - now)
                     self._guarded(self._prepare_policy, k, time.monotonic())
-                now = time.monotonic()
-                if deadline > now:
-                    time.sleep(deadline - now)
-                wake = time.monotonic()
-                self._tick(k, wake, wake - deadline)
+                wake = realtime.sleep_until(deadline - SEND_LEAD_S)
+                self._tick(k, wake, wake - (deadline - SEND_LEAD_S), send_at=deadline)
                 t = wake - t0
                 reason = self._should_end(t)
                 if reason:
@@ -236,11 +239,11 @@ class ControlLoop:
             self.note(t, "exception", traceback.format_exc(limit=6))
             self._enter_damping(t, "exception")
 
-    def _tick(self, k: int, wake: float, lateness: float) -> None:
+    def _tick(self, k: int, wake: float, lateness: float, send_at: float | None = None) -> None:
         t = wake - self.t0
         mon = self.monitor
         try:
-            self._tick_inner(k, wake, t, lateness)
+            self._tick_inner(k, wake, t, lateness, send_at)
         except Exception as e:  # noqa: BLE001 - any exception -> damping, latched
             mon.trip("exception", f"{type(e).__name__}: {e}", wake)
             self.note(t, "exception", traceback.format_exc(limit=6))
@@ -308,7 +311,8 @@ class ControlLoop:
                                            f"({_flag_text(est.flags)})", wake)
         return out
 
-    def _tick_inner(self, k: int, wake: float, t: float, lateness: float) -> None:
+    def _tick_inner(self, k: int, wake: float, t: float, lateness: float, send_at: float | None = None) -> None:
+        """One command tick from the state at `wake`; the command is written at `send_at` (None: at once)."""
         cfg, sm, mon = self.cfg, self.sm, self.monitor
         s = self.offsets.state(self.link.latest())
         st = s.state
@@ -373,7 +377,7 @@ class ControlLoop:
         t_saf1 = time.monotonic()
         if mon.latched and sm.state != State.DAMPING:
             self._enter_damping(t, mon.latch.trip.kind)
-        sent = self.link.send(self.offsets.command(cmd), self.mode_machine)  # encoder frame
+        sent = self.link.send(self.offsets.command(cmd), self.mode_machine, at=send_at)  # encoder frame
         if cmd.kind == "damping" and self._estop_press_t is not None and self.estop_latency_s is None:
             self.estop_latency_s = sent - self._estop_press_t
         # after the send (not on the command's path): the estimator, for the next policy step and the log

@@ -1,7 +1,9 @@
 """The one real-time helper of the robot-side loops (deploy's control loop, calibration sessions).
 
 - `sleep_until(deadline)`: sleep to an absolute deadline (never sleep-after-work: the period
-  does not grow by the work time).
+  does not grow by the work time). `wait_until(deadline, spin_s)`: the same, but the last `spin_s`
+  busy-waits: a wake-up from sleep is late by up to ~0.2 ms beside busy processes on this VM, a spin
+  by microseconds (deploy writes each LowCmd this way, after work started SEND_LEAD_S early).
 - `enter(priority)` / `leave(section)` (or the context manager `realtime(priority)`): the
   calling thread gets SCHED_FIFO `priority` when permitted; the process's other threads that run
   at normal priority (DDS listener threads, which take the GIL for every LowState) get
@@ -33,6 +35,18 @@ def sleep_until(deadline: float, clock: Callable[[], float] = time.monotonic) ->
     now = clock()
     if deadline > now:
         time.sleep(deadline - now)
+        now = clock()
+    return now
+
+
+def wait_until(deadline: float, spin_s: float, clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> float:
+    """Sleep until `spin_s` before `deadline`, then busy-wait for it; returns clock() (>= deadline)."""
+    now = clock()
+    if deadline - spin_s > now:
+        sleep(deadline - spin_s - now)
+        now = clock()
+    while now < deadline:
         now = clock()
     return now
 

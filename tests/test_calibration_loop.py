@@ -44,7 +44,7 @@ class RecordingLink:
     def latest(self):
         return self.sample
 
-    def send(self, cmd, mode_machine):
+    def send(self, cmd, mode_machine, at=None):
         raw = bytearray(self.builder.build(cmd, mode_machine).tobytes())
         self.records.append(hg.lowcmd_arrays(np.frombuffer(raw, dtype=hg.LOWCMD_DTYPE).reshape(())))
         return time.monotonic()

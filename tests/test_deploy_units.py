@@ -145,7 +145,7 @@ class FakeLink:
     def latest(self):
         return self.sample
 
-    def send(self, cmd, mode_machine):
+    def send(self, cmd, mode_machine, at=None):
         raw = bytearray(self.builder.build(cmd, mode_machine).tobytes())  # (.copy() drops the padding bytes)
         self.records.append(np.frombuffer(raw, dtype=hg.LOWCMD_DTYPE).reshape(()))
         return time.monotonic()
@@ -291,3 +291,30 @@ def test_max_run_s_ends_a_run_in_damping_too(stand_art, estimator):
     loop.sm.go(State.DAMPING, 1.0, "test")
     assert loop._should_end(5.0) is None  # damping, before the limit: keep streaming damping
     assert loop._should_end(10.5) == "max_run_s 10 s reached"
+
+
+def test_wait_until_sleeps_then_spins_to_the_deadline():
+    """realtime.wait_until: one sleep to spin_s before the deadline, then polling the clock until it is reached;
+    a deadline already within spin_s (or passed) is never slept for. A fake clock advancing 0.1 ms per read."""
+    from deploy import realtime
+
+    def run(deadline, now=0.0):
+        t, slept = [now], []
+
+        def clock():
+            t[0] += 1e-4
+            return t[0]
+
+        def sleep(s):
+            slept.append(s)
+            t[0] += s
+        end = realtime.wait_until(deadline, 1e-3, clock=clock, sleep=sleep)
+        return end, slept
+
+    end, slept = run(0.005)
+    assert slept == [pytest.approx(0.005 - 1e-3 - 1e-4)]  # from the first reading (0.1 ms) to 1 ms before
+    assert 0.005 <= end < 0.005 + 1e-4 + 1e-12
+    end, slept = run(0.0008)
+    assert slept == [] and 0.0008 <= end < 0.0009 + 1e-12
+    end, slept = run(0.001, now=0.002)
+    assert slept == [] and end == pytest.approx(0.0021)

@@ -105,7 +105,7 @@ class RecordingLink:
     def latest(self):
         return self.sample
 
-    def send(self, cmd, mode_machine):
+    def send(self, cmd, mode_machine, at=None):
         self.sent.append(cmd)
         return time.monotonic()
 
