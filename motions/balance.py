@@ -22,32 +22,41 @@ from __future__ import annotations
 
 import mujoco
 import numpy as np
-from scipy.spatial import ConvexHull
+from scipy.spatial import ConvexHull, QhullError
 
 from motions.motion import Motion
 from robots.physics import GRAVITY
 
+SOLE_ON_FLOOR_M = 0.005  # a sole sphere within this of its foot's lowest one supports (the others: heel lifted)
+
 
 def sole_points(pos: np.ndarray, quat: np.ndarray | None, q: np.ndarray) -> np.ndarray:
-    """(T, 2, S, 2) floor-plane x, y of each foot's sole contact spheres by FK on the bridge model."""
+    """(T, 2, S, 3) centres of each foot's sole contact spheres by FK on the bridge model."""
     from motions.clips import _fk_model
 
     model, qadr, soles = _fk_model()[:3]
     d = mujoco.MjData(model)
-    out = np.zeros((len(pos), 2, len(soles[0]), 2))
+    out = np.zeros((len(pos), 2, len(soles[0]), 3))
     for k in range(len(pos)):
         d.qpos[:3] = pos[k]
         d.qpos[3:7] = (1.0, 0.0, 0.0, 0.0) if quat is None else quat[k]
         d.qpos[qadr] = q[k]
         mujoco.mj_kinematics(model, d)
         for f in range(2):
-            out[k, f] = d.geom_xpos[soles[f], :2]
+            out[k, f] = d.geom_xpos[soles[f]]
     return out
 
 
 def support_margin(points: np.ndarray, p: np.ndarray) -> float:
-    """Signed distance of floor point `p` to the nearest edge line of the convex hull of `points` (m, > 0 inside)."""
-    eq = ConvexHull(points).equations  # n . x + offset <= 0 inside, |n| = 1
+    """Signed distance of floor point `p` to the nearest edge line of the convex hull of `points` (m, > 0 inside).
+    Points on a line (on the toes: the toe spheres of both feet side by side) support along a segment only: minus
+    the distance to it."""
+    try:
+        eq = ConvexHull(points).equations  # n . x + offset <= 0 inside, |n| = 1
+    except QhullError:
+        a, b = points[np.argmin(points @ (points[-1] - points[0]))], points[np.argmax(points @ (points[-1] - points[0]))]
+        u = np.clip(np.dot(p - a, b - a) / max(np.dot(b - a, b - a), 1e-300), 0.0, 1.0)
+        return -float(np.linalg.norm(p - (a + u * (b - a))))
     return float(-np.max(eq[:, :2] @ p + eq[:, 2]))
 
 
@@ -80,7 +89,8 @@ def balance(m: Motion) -> dict:
     checked[:2] = checked[-2:] = False  # one-sided differences at the ends
     com_margin, cop_margin = np.full(m.num_steps, np.nan), np.full(m.num_steps, np.nan)
     for k in np.flatnonzero(stance):
-        pts = soles[k][contact[k]].reshape(-1, 2)
+        on = soles[k][contact[k]]  # (feet, S, 3): a foot's spheres on the floor (within 5 mm of its lowest; heel lift)
+        pts = on[on[..., 2] <= on[..., 2].min(axis=1, keepdims=True) + SOLE_ON_FLOOR_M][:, :2]
         com_margin[k] = support_margin(pts, com[k, :2])
         if checked[k]:
             cop_margin[k] = support_margin(pts, cop[k]) if np.all(np.isfinite(cop[k])) else -np.inf

@@ -28,6 +28,7 @@ class LegGeometry:
     home_ankle_y: float  # ankle-pitch axis y relative to the pelvis in the home pose
     sole_below_ankle: float  # ankle axis - lowest sole-sphere bottom (flat foot), m
     sole_home_gap: float  # lowest sole-sphere bottom above the floor in the home keyframe, m
+    toe: tuple[float, float]  # (x, z) of the front sole spheres' centres relative to the ankle axis at q = 0, m
 
 
 @functools.lru_cache(maxsize=1)
@@ -54,6 +55,8 @@ def leg_geometry() -> tuple[LegGeometry, LegGeometry]:
                 raise MotionError(f"{m.joint(j).name} axis {d.xaxis[j]} is not the y axis; planar leg IK needs parallel pitch axes")
         hip, knee, ankle = (d.xanchor[j][[0, 2]].copy() for j in jids)
         sole0 = min(d.geom_xpos[g][2] - m.geom_size[g][0] for g in spheres)
+        front = max(spheres, key=lambda g: d.geom_xpos[g][0])
+        toe = (float(d.geom_xpos[front][0] - ankle[0]), float(d.geom_xpos[front][2] - ankle[1]))
         mujoco.mj_resetDataKeyframe(m, d, m.key("home").id)
         mujoco.mj_kinematics(m, d)
         a_home = d.xanchor[jids[2]]
@@ -62,7 +65,7 @@ def leg_geometry() -> tuple[LegGeometry, LegGeometry]:
             hip=hip, thigh=knee - hip, shank=ankle - knee,
             ankle_height=float(a_home[2]), home_ankle_x=float(a_home[0] - d.qpos[0]),
             home_ankle_y=float(a_home[1] - d.qpos[1]),
-            sole_below_ankle=float(ankle[1] - sole0), sole_home_gap=float(sole_home),
+            sole_below_ankle=float(ankle[1] - sole0), sole_home_gap=float(sole_home), toe=toe,
         ))
     return out[0], out[1]
 

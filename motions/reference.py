@@ -24,6 +24,10 @@ inclusive):
 - Pelvis pitch (`pelvis_pitch`, + leans forward; 0 when absent): PCHIP within each contact phase (a flight
   pitches at a constant rate; the rate may change at take-off and touch-down, where impacts change it);
   the legs are solved for the pitched pelvis and `Motion.ref_base_quat` carries it (None when level).
+- Heel lift (`heel_lift`, rad, + heels up; 0 when absent): the feet pitch toes-down about their toe spheres'
+  centres, interpolated as the pelvis pitch is; the ankle pitch takes it (the ankle axis rises by ~0.12 sin of
+  it), the toe spheres stay at the sole height. A forward take-off rolls onto the toes (and a landing from
+  them); with flat soles the pelvis travelling over the feet turns into ankle dorsiflexion beyond its limit.
 `build_motion` checks joint limits, joint velocity limits, leg reach and that the floor never
 has to pull the feet, and names the file and the time of the first violation.
 
@@ -137,8 +141,16 @@ def _pitch(keys: list[Keyframe], times: np.ndarray) -> np.ndarray:
     """(T,) pelvis pitch, rad: PCHIP of the keyframe pitches within each contact phase, held after the last
     keyframe. A flight is its own phase (two keyframes: a constant pitch rate in the air), so the pitch rate
     may change at take-off and touch-down as the impact and the toe-off change it; C1 everywhere else."""
+    return _phase_pchip(keys, times, np.array([k.pitch for k in keys]))
+
+
+def _heel(keys: list[Keyframe], times: np.ndarray) -> np.ndarray:
+    """(T,) heel lift (the feet's pitch about their toe spheres), rad: interpolated as the pelvis pitch is."""
+    return _phase_pchip(keys, times, np.array([k.heel for k in keys]))
+
+
+def _phase_pchip(keys: list[Keyframe], times: np.ndarray, kp: np.ndarray) -> np.ndarray:
     kt = np.array([k.t for k in keys])
-    kp = np.array([k.pitch for k in keys])
     out = np.full(len(times), kp[-1] if len(keys) else 0.0)
     if len(keys) < 2 or not np.any(kp != 0.0):
         return out
@@ -164,15 +176,23 @@ def _root(x, h, pitch):
     return np.stack([x, np.zeros_like(x), h], 1), pitch_quat(pitch)
 
 
-def _legs(path, times, x, h, fh, fx, q, pitch=0.0) -> np.ndarray:
-    """Leg IK into q's hip pitch, knee and ankle pitch (in place) for pelvis (x, h, pitch) and soles (fx, fh);
-    returns the (T, 2, 3) sole reference points. A MotionError names `path` and the first unreachable time."""
+def _legs(path, times, x, h, fh, fx, q, pitch=0.0, heel=0.0) -> np.ndarray:
+    """Leg IK into q's hip pitch, knee and ankle pitch (in place) for pelvis (x, h, pitch) and soles (fx, fh),
+    the feet pitched toes-down by `heel` about their toe spheres' centres (so the toe spheres' bottoms stay at
+    fh); returns the (T, 2, 3) sole reference points (under the ankle axis). A MotionError names `path` and the
+    first unreachable time."""
     geos = leg_geometry()
     foot_pos = np.zeros((len(times), 2, 3))
+    heel = np.asarray(heel, float)
+    c, s = np.cos(heel), np.sin(heel)
     for side, geo in enumerate(geos):
-        ankle_world_x = fx + geo.home_ankle_x
-        ankle_world_z = fh + geo.ankle_height
+        # the ankle axis = toe centre + R_y(heel) (ankle - toe centre) of the flat foot
+        tx, tz = geo.toe
+        dx, dz = tx - (tx * c + tz * s), tz + (tx * s - tz * c)  # exactly 0 without heel lift
+        ankle_world_x = fx + geo.home_ankle_x + dx
+        ankle_world_z = fh + geo.ankle_height + dz
         hip, knee, ankle, reach = leg_ik(geo, ankle_world_x - x, ankle_world_z - h, pitch)
+        ankle = ankle + heel
         bad = np.flatnonzero(~np.isfinite(knee) | (reach > 1.0))
         if bad.size:
             j = int(bad[0])
@@ -183,7 +203,7 @@ def _legs(path, times, x, h, fh, fx, q, pitch=0.0) -> np.ndarray:
         q[:, base + 0], q[:, base + 3], q[:, base + 4] = hip, knee, ankle
         foot_pos[:, side, 0] = ankle_world_x
         foot_pos[:, side, 1] = geo.home_ankle_y
-        foot_pos[:, side, 2] = fh
+        foot_pos[:, side, 2] = fh + dz
     return foot_pos
 
 
@@ -209,7 +229,7 @@ def _com_ballistic(path, keys: list[Keyframe], times: np.ndarray, dt: float, bas
         hh, _, _, xx, _, ffh, ffx, _ = base_and_feet(keys, ts)
         qq = g1.DEFAULT_JOINT_POS + _offsets(keys, ts)
         pp = _pitch(keys, ts)
-        _legs(path, ts, xx, hh, ffh, ffx, qq, pp)
+        _legs(path, ts, xx, hh, ffh, ffx, qq, pp, _heel(keys, ts))
         pos, quat = _root(xx, hh, pp)
         return com_positions(pos, qq, quat)[:, [0, 2]]
 
@@ -260,6 +280,7 @@ def _com_ballistic(path, keys: list[Keyframe], times: np.ndarray, dt: float, bas
     F = np.flatnonzero(fix)
     offsets = _offsets(keys, times[F])
     pitch = _pitch(keys, times[F])
+    heel = _heel(keys, times[F])
     px, pz = x[F].copy(), h[F].copy()
     fh, fx = np.array(fh, float), np.array(fx, float)
     fh0, fx0 = fh[F].copy(), fx[F].copy()
@@ -273,7 +294,7 @@ def _com_ballistic(path, keys: list[Keyframe], times: np.ndarray, dt: float, bas
                 d0, d1 = np.interp([t0, t1], times[F], d)
                 base_f[F[sel]] = f0[sel] + d[sel] - (d0 + (d1 - d0) * s)
         q = g1.DEFAULT_JOINT_POS + offsets
-        _legs(path, times[F], px, pz, fh[F], fx[F], q, pitch)
+        _legs(path, times[F], px, pz, fh[F], fx[F], q, pitch, heel)
         pos, quat = _root(px, pz, pitch)
         com = com_positions(pos, q, quat)[:, [0, 2]]
         r = c[F] - com
@@ -314,7 +335,7 @@ def build_motion(path: Path, meta: MotionMeta, keys: list[Keyframe], dt: float =
                              "while standing: the floor would have to pull the feet; lengthen that segment")
     q = g1.DEFAULT_JOINT_POS + _offsets(keys, times)
     pitch = _pitch(keys, times)
-    foot_pos = _legs(path, times, x, h, fh, fx, q, pitch)
+    foot_pos = _legs(path, times, x, h, fh, fx, q, pitch, _heel(keys, times))
     quat = pitch_quat(pitch)
     if com_mode:  # the floor can only push: the COM's downward acceleration in stance is at most g
         from motions.momentum import com_positions

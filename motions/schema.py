@@ -12,6 +12,8 @@
         pelvis_x: 0.0           # m, world x of the pelvis (optional, default: previous keyframe, 0 first)
         pelvis_pitch: 0.0       # rad, the pelvis's pitch about y, + leans forward (optional, absent -> 0: level);
                                 #    interpolated like the joints, the legs solved for it (feet stay flat)
+        heel_lift: 0.0          # rad, the feet's pitch toes-down about their toe spheres (optional, absent -> 0:
+                                #    flat): a take-off rolling onto the toes; interpolated as pelvis_pitch
         foot_x: 0.0             # m, both feet's x relative to their home-pose stance position under a pelvis
                                 #    at x = 0 (optional, default: unchanged; it may only change across a flight)
         phase: stance           # stance (default) | flight: the segment from this keyframe to the next is
@@ -65,6 +67,7 @@ class KeyframeSpec(BaseModel):
     pelvis_height: _num(0.3, 1.2)
     pelvis_x: _num(-5, 5) | None = None
     pelvis_pitch: _num(-0.8, 0.8) | None = None
+    heel_lift: _num(0.0, 0.8) | None = None
     foot_x: _num(-5, 5) | None = None
     phase: Literal["stance", "flight"] = "stance"
     apex_foot_clearance: _num(0.0, 0.5) | None = None
@@ -107,6 +110,7 @@ class Keyframe:
     offsets: np.ndarray  # (29,) joint offsets from g1.DEFAULT_JOINT_POS, rad
     feet: str = "tuck"  # flight only: "tuck" | "follow" (motions.reference)
     pitch: float = 0.0  # pelvis pitch about y, rad (+: leaning forward)
+    heel: float = 0.0  # the feet's toes-down pitch about the toe spheres, rad
 
 
 def follow_rise(T: float) -> float:
@@ -228,7 +232,7 @@ def parse_motion(path: Path, raw: Any) -> tuple[MotionMeta, list[Keyframe]]:
             raise field_error(path, f"{f}.phase", "two consecutive flights: the touch-down keyframe must be stance")
         keys.append(Keyframe(t, k.pelvis_height, x, foot_x, flight, clearance,
                              joint_offsets(path, f"{f}.joints", k.joints), k.flight_feet or "tuck",
-                             k.pelvis_pitch or 0.0))
+                             k.pelvis_pitch or 0.0, k.heel_lift or 0.0))
     meta = MotionMeta(name=spec.name, duration=duration, reward_weights=dict(spec.reward_weights),
                       description=(spec.description or "").strip(), ballistic=spec.ballistic)
     return meta, keys

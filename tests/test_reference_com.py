@@ -1,7 +1,7 @@
 """`ballistic: com` (motions.reference): the pelvis x/z solved so the whole-robot centre of mass flies
-ballistically, joined C1/C2 to quintic push-off and landing COM profiles; the default stays byte-identical."""
+ballistically, joined C1/C2 to quintic push-off and landing COM profiles; the default stays as it was (1e-12)."""
 import dataclasses
-import hashlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,26 +17,15 @@ from robots.physics import GRAVITY
 
 ARRAYS = ("ref_q", "ref_height", "ref_foot_height", "ref_dq", "ref_base_pos", "ref_base_lin_vel", "ref_foot_pos",
           "contact", "flight_mask")
-# sha256 of the default (ballistic: pelvis) references, computed with the builder before `ballistic: com` existed
-DEFAULT_SHA256 = {
-    "jump": "9cb5725ffd26e3bcac623b9c677a23c3196cdede462df256ee36807e4650b0f2",
-    "squat": "4cdfb285660a31f0f43cc0ca3d51e0171406f96b2bf426fcc9cfa456b9776f5d",
-    "hop_forward": "44ef0099669cc182f5808e343d4f06b152fc8827f6bdfbc9ee6cc68aca09f8d8",
-    "jump_high": "d9c0e9f4c5027cee857d2928e1dd6500f1e10f9f77c161c1f179acfce99c416c",
-}
+# the default (ballistic: pelvis) references as the builder makes them without `ballistic: com`, `pelvis_pitch` or
+# `heel_lift`: tests/data/default_references.npz, "<motion>/<array>". Written 2 December (session 11) by the builder
+# whose sha256 of these arrays matched, on the machine of the last CI run, the ones recorded before `ballistic: com`
+# existed; on this session's machine (numpy's X86_V3 paths) the same code gives other bytes, so a byte-for-byte
+# hash is a check of the CPU: the check is to 1e-12 (rad, m, m/s)
+DEFAULT_REFERENCES = Path(__file__).parent / "data" / "default_references.npz"
+DEFAULT_MOTIONS = ("hop_forward", "jump", "jump_high", "squat")
 DVXY_MAX = 0.01  # m/s: COM horizontal velocity change over the flight
 AZ_TOL = 0.05  # m/s^2: |mean COM vertical acceleration in flight + g| (flight_consistency's stencil reaches the edges)
-
-
-def _sha(m) -> str:
-    h = hashlib.sha256()
-    for k in ARRAYS:
-        a = np.ascontiguousarray(getattr(m, k))
-        h.update(k.encode())
-        h.update(str(a.dtype).encode())
-        h.update(str(a.shape).encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +34,15 @@ def jb():
     return m, com_trajectory(m)
 
 
-@pytest.mark.parametrize("name", sorted(DEFAULT_SHA256))
-def test_default_references_are_byte_identical(name):
+@pytest.mark.parametrize("name", DEFAULT_MOTIONS)
+def test_default_references_are_unchanged(name):
     m = load_motion_file(MOTIONS_DIR / f"{name}.yaml")
-    assert _sha(m) == DEFAULT_SHA256[name]
+    with np.load(DEFAULT_REFERENCES) as ref:
+        for k in ARRAYS:
+            want = ref[f"{name}/{k}"]
+            got = np.asarray(getattr(m, k))
+            assert got.shape == want.shape and got.dtype == want.dtype, k
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-12, err_msg=f"{name}.{k}")
 
 
 def test_explicit_pelvis_equals_the_default():
@@ -57,7 +51,9 @@ def test_explicit_pelvis_equals_the_default():
     meta, keys = parse_motion(path, raw)
     meta2, keys2 = parse_motion(path, {**raw, "ballistic": "pelvis"})
     assert meta.ballistic == meta2.ballistic == "pelvis"
-    assert _sha(R.build_motion(path, meta, keys)) == _sha(R.build_motion(path, meta2, keys2))
+    a, b = R.build_motion(path, meta, keys), R.build_motion(path, meta2, keys2)
+    for k in ARRAYS:
+        assert np.asarray(getattr(a, k)).tobytes() == np.asarray(getattr(b, k)).tobytes(), k
 
 
 def test_ballistic_com_flight_is_consistent_and_jump_high_is_not(jb):
