@@ -23,7 +23,7 @@ DEPLOY_VENV := .venv-deploy
 VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
 PYTHON ?= python3
 
-.PHONY: setup setup-deploy lint-imports test test-slow gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table landing-search contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
+.PHONY: setup setup-deploy lint-imports test test-slow gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table landing-search forward-jump-search contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
 
 setup: $(STAMP)
 
@@ -123,6 +123,10 @@ motion-table: setup lo-multicast
 # results/landing_search.json (README "Motions": jump_swing's landing keyframes and why)
 landing-search: setup
 	$(PY) -m experiments.landing_search $(ARGS)
+
+# results/forward_jump_search.json (README "Motions": forward_jump's keyframes; polishes the committed ones)
+forward-jump-search: setup
+	$(PY) -m experiments.forward_jump_search $(ARGS)
 
 # results/contact_models.json + docs/contact_models.png (README "Training contact")
 contact-figure: setup

@@ -1,0 +1,24 @@
+"""experiments/forward_jump_search.py: its parameterisation round-trips through a motion file, and the figures it
+scores are those of the library's reference built from that file."""
+import numpy as np
+import pytest
+import yaml
+
+from experiments import forward_jump_search as F
+from motions.library import load_motion_file
+from motions.momentum import flight_consistency
+
+
+def test_draft_round_trips_and_its_figures_are_the_references(tmp_path):
+    raw = F.file_of(F.DRAFT, "draft")
+    p = tmp_path / "forward_jump.yaml"
+    p.write_text(yaml.safe_dump(raw, sort_keys=False))
+    np.testing.assert_allclose(F.params_of(yaml.safe_load(p.read_text())), F.DRAFT, atol=1e-12)
+    fig = F.figures(raw)
+    m = load_motion_file(p)
+    (f,) = flight_consistency(m)
+    assert fig["free_pitch_drift_deg"] == pytest.approx(f["free_pitch_drift_deg"], abs=1e-9)
+    assert fig["travel_m"] == pytest.approx(m.ref_base_pos[-1, 0] - m.ref_base_pos[0, 0], abs=1e-12)
+    assert fig["flight_s"] == pytest.approx(m.flight_windows[0][1] - m.flight_windows[0][0], abs=1e-12)
+    assert abs(f["com_dvxy"]) < 0.01 and np.max(m.ref_foot_height[m.flight_mask]) >= F.CLEARANCE - 1e-9
+    assert F.cost(None) == 1e6 and F.figures(F.file_of(np.r_[0.30, F.DRAFT[1:]])) is None  # a refused crouch
