@@ -5,9 +5,9 @@ with the upper body carrying the angular momentum, and a landing a floor can car
     python -m experiments.forward_jump_search --evals 3000 --start draft
 
 The same physics as `make landing-search` (experiments/landing_search.py; motions.balance, motions.momentum), for
-a jump that travels: `ballistic: com`, `flight_feet: follow`, `heel_lift` at take-off (with flat soles the pelvis
-travelling over the feet needs more ankle dorsiflexion than the G1's 50 deg), `pelvis_pitch` in the crouch, at
-take-off and on landing. 29 numbers (crouch, take-off, flight, touch-down, a catch, a recovery and a stand) are
+a jump that travels: `ballistic: com`, `flight_feet: follow`, `heel_lift` at take-off, risen over the push-off's
+last `heel_rise_s` (with flat soles the pelvis travelling over the feet needs more ankle dorsiflexion than the
+G1's 50 deg), `pelvis_pitch` in the crouch, at take-off and on landing. 30 numbers (crouch, take-off, flight, touch-down, a catch, a recovery and a stand) are
 varied with scipy's Powell (bounds) to minimise
 
     sum over landing frames of (max(0, 2 cm - CoP margin) / 1 cm)^2
@@ -24,10 +24,11 @@ varied with scipy's Powell (bounds) to minimise
 A keyframe set the library refuses (joint or ankle limits, leg reach, the floor pulling) costs 1e6. `--start
 draft` (default) starts from DRAFT below (hand-written: the first keyframes of this shape the library accepted);
 `--start <file>` from a file `--write` wrote. What it found (session 11, results/forward_jump_search.json): a
-flight consistent in both momenta that travels 0.41 m, but Powell stops in a local optimum whose landing still
-needs the CoP 7.9 cm outside the feet and a -4.8 N m s jump of the angular momentum at touch-down, whose heels rise
-over the whole push-off (the CoP must then sit on the toe line and is 41 cm behind it), and whose COM comes within
-0.7 cm of the heels in the descent; motions/forward_jump.yaml stays the earlier (flat-footed) reference.
+flight consistent in both momenta that travels 0.42 m, but Powell stops in a local optimum whose landing still
+needs the CoP 5.5 cm outside the feet and a -6.6 N m s jump of the angular momentum at touch-down, whose push-off
+(heels rising over its last 0.09 s, the pelvis leaning back 0.2 rad at take-off) needs the CoP 48 cm behind the
+feet, and whose COM comes within 1.1 cm of the heels in the descent; motions/forward_jump.yaml stays the earlier
+(flat-footed) reference.
 """
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ PARAMS = [
     ("crouch_height", 0.55, 0.70, 0.60), ("crouch_x", -0.14, 0.02, -0.06), ("crouch_pitch", -0.1, 0.7, 0.35),
     ("crouch_shoulder", -1.0, 1.5, 0.8), ("crouch_waist", -0.3, 0.52, 0.2),
     ("takeoff_height", 0.66, 0.77, 0.74), ("takeoff_x", -0.08, 0.12, 0.02), ("takeoff_pitch", -0.2, 0.6, 0.25),
-    ("takeoff_heel", 0.0, 0.7, 0.5), ("takeoff_shoulder", -2.5, 1.0, -1.46), ("takeoff_waist", -0.52, 0.52, -0.386),
+    ("takeoff_heel", 0.0, 0.7, 0.5), ("takeoff_heel_rise_s", 0.06, 0.25, 0.15),
+    ("takeoff_shoulder", -2.5, 1.0, -1.46), ("takeoff_waist", -0.52, 0.52, -0.386),
     ("flight_s", 0.28, 0.42, 0.36), ("travel", 0.25, 0.55, 0.34), ("touchdown_height", 0.64, 0.77, 0.74),
     ("foot_ahead_touchdown", -0.1, 0.2, 0.04), ("touchdown_pitch", -0.3, 0.6, 0.1),
     ("touchdown_shoulder", -1.5, 2.0, 1.36), ("touchdown_waist", -0.52, 0.52, 0.4),
@@ -92,8 +94,10 @@ def file_of(p: np.ndarray, description: str = "") -> dict:
         {"t": T_CROUCH, "pelvis_height": d["crouch_height"], "pelvis_x": d["crouch_x"],
          "pelvis_pitch": d["crouch_pitch"], "joints": j("crouch_shoulder", "crouch_waist")},
         {"t": T_TAKEOFF, "pelvis_height": d["takeoff_height"], "pelvis_x": d["takeoff_x"],
-         "pelvis_pitch": d["takeoff_pitch"], "heel_lift": d["takeoff_heel"], "phase": "flight",
-         "apex_foot_clearance": _r(max(CLEARANCE, follow_rise(d["flight_s"]) + 0.005)), "flight_feet": "follow", "joints": j("takeoff_shoulder", "takeoff_waist")},
+         "pelvis_pitch": d["takeoff_pitch"], "heel_lift": d["takeoff_heel"], "heel_rise_s": d["takeoff_heel_rise_s"],
+         "phase": "flight",
+         "apex_foot_clearance": _r(max(CLEARANCE, follow_rise(d["flight_s"]) + 0.005)), "flight_feet": "follow",
+         "joints": j("takeoff_shoulder", "takeoff_waist")},
         {"t": t_td, "pelvis_height": d["touchdown_height"], "pelvis_x": x_td, "foot_x": fx,
          "pelvis_pitch": d["touchdown_pitch"], "joints": j("touchdown_shoulder", "touchdown_waist")},
         {"t": tc, "pelvis_height": d["catch_height"], "pelvis_x": _r(fx + d["catch_pelvis_behind_feet"]),
@@ -107,14 +111,15 @@ def file_of(p: np.ndarray, description: str = "") -> dict:
 
 
 def params_of(raw: dict) -> np.ndarray:
-    """The 29 numbers of a file that file_of wrote."""
+    """The 30 numbers of a file that file_of wrote."""
     k = raw["keyframes"]
     c, to, td, ca, r, s = k[2:8]
     j = lambda kf, n: kf.get("joints", {}).get(n, 0.0)  # noqa: E731
     return np.array([
         c["pelvis_height"], c["pelvis_x"], c.get("pelvis_pitch", 0.0), j(c, "shoulder_pitch"), j(c, "waist_pitch"),
         to["pelvis_height"], to["pelvis_x"], to.get("pelvis_pitch", 0.0), to.get("heel_lift", 0.0),
-        j(to, "shoulder_pitch"), j(to, "waist_pitch"), td["t"] - to["t"], td["pelvis_x"] - to["pelvis_x"],
+        to.get("heel_rise_s", 0.0), j(to, "shoulder_pitch"), j(to, "waist_pitch"), td["t"] - to["t"],
+        td["pelvis_x"] - to["pelvis_x"],
         td["pelvis_height"], td["foot_x"] - td["pelvis_x"], td.get("pelvis_pitch", 0.0), j(td, "shoulder_pitch"),
         j(td, "waist_pitch"), ca["t"] - td["t"], ca["pelvis_height"], ca["pelvis_x"] - td["foot_x"],
         ca.get("pelvis_pitch", 0.0), j(ca, "waist_pitch"), j(ca, "shoulder_pitch"), r["t"] - ca["t"],

@@ -54,7 +54,8 @@ def support_margin(points: np.ndarray, p: np.ndarray) -> float:
     try:
         eq = ConvexHull(points).equations  # n . x + offset <= 0 inside, |n| = 1
     except QhullError:
-        a, b = points[np.argmin(points @ (points[-1] - points[0]))], points[np.argmax(points @ (points[-1] - points[0]))]
+        along = points @ (points[-1] - points[0])
+        a, b = points[np.argmin(along)], points[np.argmax(along)]
         u = np.clip(np.dot(p - a, b - a) / max(np.dot(b - a, b - a), 1e-300), 0.0, 1.0)
         return -float(np.linalg.norm(p - (a + u * (b - a))))
     return float(-np.max(eq[:, :2] @ p + eq[:, 2]))

@@ -25,7 +25,8 @@ inclusive):
   pitches at a constant rate; the rate may change at take-off and touch-down, where impacts change it);
   the legs are solved for the pitched pelvis and `Motion.ref_base_quat` carries it (None when level).
 - Heel lift (`heel_lift`, rad, + heels up; 0 when absent): the feet pitch toes-down about their toe spheres'
-  centres, interpolated as the pelvis pitch is; the ankle pitch takes it (the ankle axis rises by ~0.12 sin of
+  centres, interpolated as the pelvis pitch is (or, with `heel_rise_s`, risen over only the end of the segment
+  into that keyframe); the ankle pitch takes it (the ankle axis rises by ~0.12 sin of
   it), the toe spheres stay at the sole height. A forward take-off rolls onto the toes (and a landing from
   them); with flat soles the pelvis travelling over the feet turns into ankle dorsiflexion beyond its limit.
 `build_motion` checks joint limits, joint velocity limits, leg reach and that the floor never
@@ -145,8 +146,16 @@ def _pitch(keys: list[Keyframe], times: np.ndarray) -> np.ndarray:
 
 
 def _heel(keys: list[Keyframe], times: np.ndarray) -> np.ndarray:
-    """(T,) heel lift (the feet's pitch about their toe spheres), rad: interpolated as the pelvis pitch is."""
-    return _phase_pchip(keys, times, np.array([k.heel for k in keys]))
+    """(T,) heel lift (the feet's pitch about their toe spheres), rad: interpolated as the pelvis pitch is, except
+    into a keyframe with `heel_rise`: the previous keyframe's value held, then a smootherstep over the last
+    heel_rise seconds before it."""
+    out = _phase_pchip(keys, times, np.array([k.heel for k in keys]))
+    for i, k in enumerate(keys):
+        if k.heel_rise > 0:
+            h0 = keys[i - 1].heel
+            sel = (times > keys[i - 1].t) & (times <= k.t)
+            out[sel] = h0 + (k.heel - h0) * smootherstep((times[sel] - (k.t - k.heel_rise)) / k.heel_rise)
+    return out
 
 
 def _phase_pchip(keys: list[Keyframe], times: np.ndarray, kp: np.ndarray) -> np.ndarray:

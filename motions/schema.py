@@ -14,6 +14,8 @@
                                 #    interpolated like the joints, the legs solved for it (feet stay flat)
         heel_lift: 0.0          # rad, the feet's pitch toes-down about their toe spheres (optional, absent -> 0:
                                 #    flat): a take-off rolling onto the toes; interpolated as pelvis_pitch
+        heel_rise_s: 0.15       # s (optional, with heel_lift): reach this keyframe's heel lift over only this
+                                #    long before it (smootherstep; the previous keyframe's value held until then)
         foot_x: 0.0             # m, both feet's x relative to their home-pose stance position under a pelvis
                                 #    at x = 0 (optional, default: unchanged; it may only change across a flight)
         phase: stance           # stance (default) | flight: the segment from this keyframe to the next is
@@ -68,6 +70,7 @@ class KeyframeSpec(BaseModel):
     pelvis_x: _num(-5, 5) | None = None
     pelvis_pitch: _num(-0.8, 0.8) | None = None
     heel_lift: _num(0.0, 0.8) | None = None
+    heel_rise_s: _num(0.02, 2.0) | None = None
     foot_x: _num(-5, 5) | None = None
     phase: Literal["stance", "flight"] = "stance"
     apex_foot_clearance: _num(0.0, 0.5) | None = None
@@ -111,6 +114,7 @@ class Keyframe:
     feet: str = "tuck"  # flight only: "tuck" | "follow" (motions.reference)
     pitch: float = 0.0  # pelvis pitch about y, rad (+: leaning forward)
     heel: float = 0.0  # the feet's toes-down pitch about the toe spheres, rad
+    heel_rise: float = 0.0  # s: the heel lift is reached over this long before the keyframe (0: interpolated)
 
 
 def follow_rise(T: float) -> float:
@@ -228,11 +232,14 @@ def parse_motion(path: Path, raw: Any) -> tuple[MotionMeta, list[Keyframe]]:
                 raise field_error(path, f"keyframes[{i - 1}].apex_foot_clearance", f"{keys[-1].clearance} m is below "
                                  f"what flight_feet: follow gives without a tuck ({rise:.3f} m for this {t - keys[-1].t:.2f} s "
                                  "flight); raise it or use flight_feet: tuck")
+        if k.heel_rise_s is not None and (not keys or keys[-1].flight or k.heel_rise_s > t - keys[-1].t + 1e-9):
+            raise field_error(path, f"{f}.heel_rise_s", "needs a previous stance keyframe at least that long before "
+                             "(the rise is the end of the stance segment leading to this keyframe)")
         if keys and keys[-1].flight and flight:
             raise field_error(path, f"{f}.phase", "two consecutive flights: the touch-down keyframe must be stance")
         keys.append(Keyframe(t, k.pelvis_height, x, foot_x, flight, clearance,
                              joint_offsets(path, f"{f}.joints", k.joints), k.flight_feet or "tuck",
-                             k.pelvis_pitch or 0.0, k.heel_lift or 0.0))
+                             k.pelvis_pitch or 0.0, k.heel_lift or 0.0, k.heel_rise_s or 0.0))
     meta = MotionMeta(name=spec.name, duration=duration, reward_weights=dict(spec.reward_weights),
                       description=(spec.description or "").strip(), ballistic=spec.ballistic)
     return meta, keys

@@ -80,3 +80,33 @@ def test_support_on_the_toes_is_a_segment():
     assert support_margin(toes, np.array([0.13, 0.19])) == pytest.approx(-0.05, abs=1e-15)  # 3-4-5 past the end
     square = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
     assert support_margin(square, np.array([0.3, 0.6])) == pytest.approx(0.3, abs=1e-12)
+
+
+def test_heel_rise_confines_the_lift_to_the_end_of_the_segment(tmp_path):
+    """heel_rise_s 0.2 on the 0.4 rad keyframe at t = 1.0: FK's foot pitch is 0 (flat) until t = 0.8, half the
+    lift (smootherstep's midpoint) at 0.9 and 0.4 at 1.0; without it, PCHIP lifts the heels from t = 0. A rise
+    longer than its segment names the field."""
+    low = {**TOES, "keyframes": [TOES["keyframes"][0], {**TOES["keyframes"][1], "pelvis_height": 0.78},
+                                 *TOES["keyframes"][2:]]}  # flat feet until 0.8 s: no 0.80 m pelvis in reach
+    raw = {**low, "keyframes": [low["keyframes"][0], {**low["keyframes"][1], "heel_rise_s": 0.2},
+                                *low["keyframes"][2:]]}
+    m = load_motion_file(_write(tmp_path, raw))
+    model, qadr, soles = _fk_model()[:3]
+    d = mujoco.MjData(model)
+    body = model.body("left_ankle_roll_link").id
+
+    def foot_pitch(t):
+        _soles(m, int(round(t / m.dt)), model, qadr, soles, d)
+        R = d.xmat[body].reshape(3, 3)
+        return np.arctan2(-R[2, 0], R[0, 0])
+
+    for t in (0.2, 0.5, 0.78):
+        assert foot_pitch(t) == pytest.approx(0.0, abs=1e-9)
+    assert foot_pitch(0.9) == pytest.approx(0.2, abs=1e-9)
+    assert foot_pitch(1.0) == pytest.approx(0.4, abs=1e-9)
+    plain = load_motion_file(_write(tmp_path, low, "toes"))
+    k = int(round(0.5 / plain.dt))
+    assert abs(plain.ref_q[k, 4] - m.ref_q[k, 4]) > 0.01  # PCHIP has the heels up by mid-segment
+    bad = {**TOES, "keyframes": [TOES["keyframes"][0], {**TOES["keyframes"][1], "heel_rise_s": 1.5}]}
+    with pytest.raises(MotionError, match=r"keyframes\[1\]\.heel_rise_s"):
+        load_motion_file(_write(tmp_path, bad))
