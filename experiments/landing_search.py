@@ -90,17 +90,22 @@ def file_of(p: np.ndarray, base: dict) -> dict:
     return raw
 
 
-def figures(raw: dict) -> dict | None:
-    """The objective's terms of one keyframe file, or None when the library refuses it."""
+def built(path: Path, raw: dict):
+    """The library's reference of one keyframe file (checked under `path`'s name), or None when it refuses it."""
     try:
-        meta, keys = parse_motion(MOTION, raw)
-        m = build_motion(MOTION, meta, keys)
+        meta, keys = parse_motion(path, raw)
+        return build_motion(path, meta, keys)
     except MotionError:
         return None
+
+
+def jump_figures(m, push_from: float) -> tuple[dict, dict]:
+    """The terms of a one-flight jump's objective (push-off from `push_from` s to take-off; landing after
+    touch-down) and its balance (motions.balance.balance)."""
     b, (f,) = balance(m), flight_consistency(m)
     t0, t1 = m.flight_windows[0]
     t = m.times
-    land, push = b["checked"] & (t > t1), b["checked"] & (t < t0) & (t > 1.0)
+    land, push = b["checked"] & (t > t1), b["checked"] & (t < t0) & (t > push_from)
     L, _ = motion_angmom(m)
     k = int(round(t1 / m.dt))
     az = np.gradient(np.gradient(b["com"][:, 2], m.dt), m.dt)
@@ -111,7 +116,13 @@ def figures(raw: dict) -> dict | None:
             "free_pitch_drift_deg": float(f["free_pitch_drift_deg"]), "pelvis_apex_m": float(m.ref_height.max()),
             "min_pelvis_after_touchdown_m": float(m.ref_height[t > t1].min()),
             "peak_stance_force_body_weights": float((az[~m.flight_mask].max() + GRAVITY) / GRAVITY),
-            "_land": b["cop_margin"][land], "_push": b["cop_margin"][push], "_com": b["com_margin"][t > t1 + 0.3]}
+            "_land": b["cop_margin"][land], "_push": b["cop_margin"][push], "_com": b["com_margin"][t > t1 + 0.3]}, b
+
+
+def figures(raw: dict) -> dict | None:
+    """The objective's terms of one keyframe file, or None when the library refuses it."""
+    m = built(MOTION, raw)
+    return None if m is None else jump_figures(m, 1.0)[0]
 
 
 def cost(fig: dict | None) -> float:
@@ -128,10 +139,31 @@ def public(fig: dict | None) -> dict | None:
     return None if fig is None else {k: round(v, 4) for k, v in fig.items() if not k.startswith("_")}
 
 
-def main(argv=None) -> int:
+def powell(objective, x0: np.ndarray, params: list, evals: int, desc: str) -> dict:
+    """scipy's Powell with the bounds of `params` ((name, lower, upper, ...) rows) from x0, at most `evals`
+    evaluations, with a progress bar; returns {"p", "cost", "evaluations"} of the best point seen."""
     from scipy.optimize import minimize
     from tqdm import tqdm
 
+    lo, hi = np.array([p[1] for p in params]), np.array([p[2] for p in params])
+    bar = tqdm(total=evals, desc=desc, unit="eval")
+    best = {"cost": np.inf, "p": x0}
+
+    def scored(p):
+        c = objective(p)
+        bar.update(1)
+        if c < best["cost"]:
+            best.update(cost=c, p=p.copy())
+            bar.set_postfix(cost=f"{c:.2f}")
+        return c
+
+    minimize(scored, np.clip(x0, lo, hi), method="Powell", bounds=list(zip(lo, hi)),
+             options={"maxfev": evals, "xtol": 1e-3, "ftol": 1e-4})
+    bar.close()
+    return {**best, "evaluations": bar.n}
+
+
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--start", choices=("committed", "level"), default="committed",
                     help="start from the committed keyframes, or from them with a level pelvis")
@@ -143,22 +175,8 @@ def main(argv=None) -> int:
     for k in level["keyframes"]:
         k.pop("pelvis_pitch", None)
     x0 = keyframes_of(base if args.start == "committed" else level)
-    lo, hi = np.array([p[1] for p in PARAMS]), np.array([p[2] for p in PARAMS])
-    bar = tqdm(total=args.evals, desc="landing search", unit="eval")
-    best = {"cost": np.inf, "p": x0}
-
-    def objective(p):
-        c = cost(figures(file_of(p, base)))
-        bar.update(1)
-        if c < best["cost"]:
-            best.update(cost=c, p=p.copy())
-            bar.set_postfix(cost=f"{c:.2f}")
-        return c
-
-    minimize(objective, np.clip(x0, lo, hi), method="Powell", bounds=list(zip(lo, hi)),
-             options={"maxfev": args.evals, "xtol": 1e-3, "ftol": 1e-4})
-    bar.close()
-    out = {"motion": str(MOTION), "start": args.start, "evaluations": bar.n, "f_max_body_weights": F_MAX,
+    best = powell(lambda p: cost(figures(file_of(p, base))), x0, PARAMS, args.evals, "landing search")
+    out = {"motion": str(MOTION), "start": args.start, "evaluations": best["evaluations"], "f_max_body_weights": F_MAX,
            "level_pelvis": public(figures(level)), "committed": public(figures(base)),
            "committed_cost": cost(figures(base)), "best_cost": best["cost"],
            "best": public(figures(file_of(best["p"], base))), "best_keyframes": dict(zip(NAMES, map(_r, best["p"])))}

@@ -3,18 +3,11 @@ the ankle pitch takes it; checked by C MuJoCo FK of the result on the bridge mod
 import mujoco
 import numpy as np
 import pytest
-import yaml
 
 from motions.clips import _fk_model
 from motions.library import load_motion_file
 from motions.motion import MotionError
-
-
-def _write(tmp_path, raw, name="toes"):
-    raw = {**raw, "name": name}
-    p = tmp_path / f"{name}.yaml"
-    p.write_text(yaml.safe_dump(raw))
-    return p
+from tests.test_pelvis_pitch import _write
 
 
 TOES = {"duration": 3.0, "reward_weights": {"joint_pos": 1.0}, "keyframes": [
@@ -37,7 +30,7 @@ def test_heel_lift_rolls_the_feet_about_the_toe_spheres(tmp_path):
     the home stance (1e-9 m), the back spheres raised by (x_front - x_back) sin 0.4 and moved forward by
     (x_front - x_back)(1 - cos 0.4) (a rigid rotation about the toe spheres' centres, hand-computed), and the
     foot body pitched 0.4 rad about y; flat again (every sphere home) at t = 2 s."""
-    m = load_motion_file(_write(tmp_path, TOES))
+    m = load_motion_file(_write(tmp_path, TOES, "toes"))
     model, qadr, soles = _fk_model()[:3]
     d = mujoco.MjData(model)
     mujoco.mj_resetDataKeyframe(model, d, model.key("home").id)
@@ -66,7 +59,7 @@ def test_heel_lift_rolls_the_feet_about_the_toe_spheres(tmp_path):
 def test_heel_lift_out_of_range_names_the_field(tmp_path):
     raw = {**TOES, "keyframes": [TOES["keyframes"][0], {**TOES["keyframes"][1], "heel_lift": -0.1}]}
     with pytest.raises(MotionError, match=r"keyframes\[1\]\.heel_lift"):
-        load_motion_file(_write(tmp_path, raw))
+        load_motion_file(_write(tmp_path, raw, "toes"))
 
 
 def test_support_on_the_toes_is_a_segment():
@@ -90,7 +83,7 @@ def test_heel_rise_confines_the_lift_to_the_end_of_the_segment(tmp_path):
                                  *TOES["keyframes"][2:]]}  # flat feet until 0.8 s: no 0.80 m pelvis in reach
     raw = {**low, "keyframes": [low["keyframes"][0], {**low["keyframes"][1], "heel_rise_s": 0.2},
                                 *low["keyframes"][2:]]}
-    m = load_motion_file(_write(tmp_path, raw))
+    m = load_motion_file(_write(tmp_path, raw, "toes"))
     model, qadr, soles = _fk_model()[:3]
     d = mujoco.MjData(model)
     body = model.body("left_ankle_roll_link").id
@@ -109,4 +102,4 @@ def test_heel_rise_confines_the_lift_to_the_end_of_the_segment(tmp_path):
     assert abs(plain.ref_q[k, 4] - m.ref_q[k, 4]) > 0.01  # PCHIP has the heels up by mid-segment
     bad = {**TOES, "keyframes": [TOES["keyframes"][0], {**TOES["keyframes"][1], "heel_rise_s": 1.5}]}
     with pytest.raises(MotionError, match=r"keyframes\[1\]\.heel_rise_s"):
-        load_motion_file(_write(tmp_path, bad))
+        load_motion_file(_write(tmp_path, bad, "toes"))
