@@ -397,7 +397,7 @@ class G1Env:
         """Reference frame 0, feet on the floor, zero velocity, freshly sampled EnvParams; with probability
         cfg.random_start a uniformly drawn frame of the first num_start_frames instead (its reference state,
         the previous action = the action commanding that frame's reference)."""
-        k_dr, k_state, k_start, k_frame = jax.random.split(rng, 4)
+        k_dr, k_state = jax.random.split(rng)  # as before random starts: random_start = 0 resets are unchanged
         dr = DR.sample_params(k_dr, self.cfg.domain_rand, self._nominal)
         fdt = self._kp.dtype
         zeros_a = jnp.zeros(g1.NUM_MOTORS, fdt)
@@ -405,6 +405,7 @@ class G1Env:
         step = jnp.int32(0)
         last_action = zeros_a
         if self.cfg.random_start > 0:
+            k_start, k_frame = jax.random.split(jax.random.fold_in(rng, 1))
             pick = jax.random.uniform(k_start) < self.cfg.random_start
             step = jnp.where(pick, jax.random.randint(k_frame, (), 0, self.num_start_frames), 0).astype(jnp.int32)
             data = data.replace(qpos=self._start_qpos[step], qvel=self._start_qvel[step])
