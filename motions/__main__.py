@@ -12,6 +12,7 @@ from pathlib import Path
 from motions.library import available_motions, contact_phases, load_motion, summary
 from motions.balance import balance, outside_windows
 from motions.momentum import flight_consistency
+from motions.torques import upper_torque_ratio
 from motions.motion import MotionError
 from motions.plot import plot_motion
 
@@ -45,6 +46,9 @@ def _preview(name: str, out: str | None) -> int:
             f"stays >= {b['min_cop_margin_m'] * 100:.1f} cm inside them"
         print(f"  balance in stance: the COM >= {b['min_com_margin_m'] * 100:+.1f} cm inside the feet (t = "
               f"{b['min_com_margin_t']:.2f} s); the CoP the reference's momentum needs {where}")
+    tau = upper_torque_ratio(m)
+    print(f"  upper-body torque the reference needs (inverse dynamics): peak |tau|/limit waist {tau['waist']:.2f}, "
+          f"arms {tau['arms']:.2f} (worst {tau['peak_joint']} at t = {tau['peak_t_s']:.2f} s)")
     for k, v in summary(m).items():
         print(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
     print(png)

@@ -111,12 +111,19 @@ def _base_angvel(m: Motion) -> np.ndarray | None:
     return out
 
 
-def motion_angmom(m: Motion) -> tuple[np.ndarray, np.ndarray]:
-    """`centroidal_angmom` of a motion's reference."""
+def reference_velocities(m: Motion) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
+    """A motion's root positions, root linear velocity (world), root angular velocity (local; None when
+    upright) and joint velocities (central differences where the motion carries none)."""
     pos = _root_pos(m)
     vel = m.ref_base_lin_vel if m.ref_base_lin_vel is not None else np.gradient(pos, m.dt, axis=0)
     dq = m.ref_dq if m.ref_dq is not None else np.gradient(m.ref_q, m.dt, axis=0)
-    return centroidal_angmom(pos, m.ref_base_quat, m.ref_q, vel, _base_angvel(m), dq)
+    return pos, vel, _base_angvel(m), dq
+
+
+def motion_angmom(m: Motion) -> tuple[np.ndarray, np.ndarray]:
+    """`centroidal_angmom` of a motion's reference."""
+    pos, vel, w, dq = reference_velocities(m)
+    return centroidal_angmom(pos, m.ref_base_quat, m.ref_q, vel, w, dq)
 
 
 def free_pitch_drift(L_y: np.ndarray, iyy: np.ndarray, dt: float) -> float:

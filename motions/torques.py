@@ -19,25 +19,23 @@ from motions.motion import Motion
 from robots import g1
 
 UPPER = np.arange(12, 29)  # motor order: 12 leg joints, then waist (3) and arms (2 x 7)
-WAIST, ARMS = np.arange(12, 15), np.arange(15, 29)
 
 
 def upper_body_torque(m: Motion) -> np.ndarray:
     """(T, 17) torque (N m) the reference needs at the waist and arm joints (motor order 12..28), by
     mj_inverse on the bridge model with contact disabled."""
     from motions.clips import _fk_model
-    from motions.momentum import _base_angvel, _root_pos
+    from motions.momentum import reference_velocities
     from robots import model as RM
 
     model, qadr = _fk_model()[:2]
     dadr = RM.motor_dof_adr(model)
-    pos = _root_pos(m)
+    pos, vel, w, dq = reference_velocities(m)
     qvel = np.zeros((m.num_steps, model.nv))
-    qvel[:, :3] = m.ref_base_lin_vel if m.ref_base_lin_vel is not None else np.gradient(pos, m.dt, axis=0)
-    w = _base_angvel(m)
+    qvel[:, :3] = vel
     if w is not None:
         qvel[:, 3:6] = w
-    qvel[:, dadr] = m.ref_dq if m.ref_dq is not None else np.gradient(m.ref_q, m.dt, axis=0)
+    qvel[:, dadr] = dq
     qacc = np.gradient(qvel, m.dt, axis=0)
     d = mujoco.MjData(model)
     flags = model.opt.disableflags

@@ -17,8 +17,7 @@ from robots.physics import GRAVITY
 
 
 def _still(q: np.ndarray, n: int = 5):
-    m = load_motion("jump")
-    T = n
+    m, T = load_motion("jump"), n
     return dataclasses.replace(m, ref_q=np.tile(q, (T, 1)), ref_height=np.full(T, 0.9),
                                ref_foot_height=np.zeros((T, 2)), ref_dq=np.zeros((T, 29)),
                                ref_base_pos=np.tile([0.0, 0.0, 0.9], (T, 1)), ref_base_lin_vel=np.zeros((T, 3)),
@@ -48,3 +47,12 @@ def test_a_still_pose_needs_the_gravity_torque_of_each_subtree():
 def test_the_ratio_names_the_worst_joint():
     r = upper_torque_ratio(_still(g1.DEFAULT_JOINT_POS.copy()))
     assert r["peak"] == pytest.approx(max(r["waist"], r["arms"])) and r["peak_joint"] in g1.JOINT_NAMES
+
+
+def test_preview_prints_the_upper_body_torque(capsys):
+    from motions.__main__ import main
+
+    assert main(["preview", "jump", "--out", "/tmp/jump_torque_preview.png"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "upper-body torque" in x)
+    r = upper_torque_ratio(load_motion("jump"))
+    assert f"waist {r['waist']:.2f}, arms {r['arms']:.2f}" in line
