@@ -23,7 +23,7 @@ DEPLOY_VENV := .venv-deploy
 VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
 PYTHON ?= python3
 
-.PHONY: setup setup-deploy lint-imports test test-slow gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table landing-search forward-jump-search contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
+.PHONY: setup setup-deploy lint-imports test test-slow gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table landing-search forward-jump-search toe-jump-search contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
 
 setup: $(STAMP)
 
@@ -127,6 +127,10 @@ landing-search: setup
 # results/forward_jump_search.json (README "Motions": forward_jump's keyframes; polishes the committed ones)
 forward-jump-search: setup
 	$(PY) -m experiments.forward_jump_search $(ARGS)
+
+# results/toe_jump_search.json (README "Motions": jump_toes's keyframes; ARGS="--write motions/jump_toes.yaml" writes them)
+toe-jump-search: setup
+	$(PY) -m experiments.toe_jump_search $(ARGS)
 
 # results/contact_models.json + docs/contact_models.png (README "Training contact")
 contact-figure: setup

@@ -76,7 +76,7 @@ def _r(v) -> float:
     return float(round(float(v), 4))
 
 
-def file_of(p: np.ndarray, description: str = "") -> dict:
+def file_of(p: np.ndarray, description: str = "", clearance: float = CLEARANCE) -> dict:
     d = {k: _r(v) for k, v in zip(NAMES, p)}
     t_td = _r(T_TAKEOFF + d["flight_s"])
     x_td = _r(d["takeoff_x"] + d["travel"])
@@ -92,7 +92,7 @@ def file_of(p: np.ndarray, description: str = "") -> dict:
         {"t": T_TAKEOFF, "pelvis_height": d["takeoff_height"], "pelvis_x": d["takeoff_x"],
          "pelvis_pitch": d["takeoff_pitch"], "heel_lift": d["takeoff_heel"], "heel_rise_s": d["takeoff_heel_rise_s"],
          "phase": "flight",
-         "apex_foot_clearance": _r(max(CLEARANCE, follow_rise(d["flight_s"]) + 0.005)), "flight_feet": "follow",
+         "apex_foot_clearance": _r(max(clearance, follow_rise(d["flight_s"]) + 0.005)), "flight_feet": "follow",
          "joints": j("takeoff_shoulder", "takeoff_waist")},
         {"t": t_td, "pelvis_height": d["touchdown_height"], "pelvis_x": x_td, "foot_x": fx,
          "pelvis_pitch": d["touchdown_pitch"], "joints": j("touchdown_shoulder", "touchdown_waist")},
