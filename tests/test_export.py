@@ -158,11 +158,13 @@ def test_export_run_cli(small, tmp_path, capsys):
     (run / "checkpoints").mkdir(parents=True)
     (run / "config.yaml").write_text(yaml.safe_dump({"motion": "jump", "algo": "bcg", "seed": 5,
                                                       "actor": {"hidden": [32, 16]}}))
-    C.save_checkpoint(run / "checkpoints" / "latest.npz", {"net": params, "log_std": np.zeros(29)}, norm, 12)
+    C.save_checkpoint(run / "checkpoints" / "latest.npz", {"net": params, "log_std": np.zeros(29)}, norm, 12,
+                      {"wall_s": 123.44})
     out = tmp_path / "artifact"
     assert E.main(["--run", str(run), "--out", str(out)]) == 0
     art = A.load_artifact(out)
-    assert art.spec.provenance["algorithm"] == "bcg" and art.spec.provenance["seed"] == 5
-    assert art.spec.provenance["iterations"] == 12
+    prov = art.spec.provenance  # what the training's own export records (train.export.training_provenance)
+    assert prov["algorithm"] == "shac+bcg" and prov["seed"] == 5 and prov["preset"] == "custom"
+    assert prov["iterations"] == 12 and prov["wall_time_s"] == 123.4 and prov["checkpoint"] == "latest.npz"
     assert E.main(["--run", str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err

@@ -220,15 +220,24 @@ def contact_provenance(cfg) -> dict:
     return {"contact": "mjx", "stiffness": cfg.stiffness, "substeps": int(env.substeps)}
 
 
+def training_provenance(cfg, iterations: int, run, wall_time_s: float | None = None, **extra) -> dict:
+    """What an artifact records of its training, the same whether the training exported it or a checkpoint was
+    re-exported (`make export RUN=...`, e.g. of a run stopped early): algorithm, seed, iterations, preset, contact
+    and knob, calibration, run folder, training wall time (s, when known)."""
+    wall = {} if wall_time_s is None else {"wall_time_s": round(float(wall_time_s), 1)}
+    return {"algorithm": "shac+bcg" if cfg.bcg.enabled else "shac", "seed": cfg.seed, "iterations": int(iterations),
+            "preset": cfg.preset, **contact_provenance(cfg), **calibrated.provenance(cfg), "run": str(run), **wall,
+            **extra}
+
+
 def export_run(run_dir, out_dir=None, checkpoint: str = "latest.npz") -> ExportResult:
     from motions import load_motion
 
     rp = load_run_params(run_dir, checkpoint)
     cfg = rp.config
     motion = load_motion(cfg.motion)
-    prov = {"algorithm": cfg.algo, "seed": cfg.seed, "iterations": rp.checkpoint.step,
-            "run": str(rp.run_dir), "checkpoint": rp.checkpoint.path.name, **contact_provenance(cfg),
-            **calibrated.provenance(cfg)}
+    prov = training_provenance(cfg, rp.checkpoint.step, rp.run_dir, rp.checkpoint.metrics.get("wall_s"),
+                               checkpoint=rp.checkpoint.path.name)
     return export_policy(rp.checkpoint.net_params, cfg.actor, rp.checkpoint.obs_norm, motion, prov, out_dir,
                          obs_terms=cfg.obs_terms)
 

@@ -19,8 +19,7 @@ from train import run_io
 from train.checkpoint import load_checkpoint, save_checkpoint
 from train.config import TrainConfig, save_config
 from train.env import G1Env
-from train import calibrated
-from train.export import contact_provenance, export_policy
+from train.export import export_policy, training_provenance
 from train.trainer import make_trainer, resumable, train
 
 
@@ -71,9 +70,7 @@ def run(cfg: TrainConfig, *, run_root: Path | None = None, resume: str | Path | 
         print(f"stopped after {metrics['iterations']} iterations: {metrics['stopped']}; saving and exporting what was trained")
     run_io.plot_curves(run_dir / "metrics.csv", run_dir / "curves.png")
     res = export_policy(params.actor, cfg.actor, params.obs_norm, motion,
-                        {"algorithm": "shac+bcg" if cfg.bcg.enabled else "shac", "seed": cfg.seed,
-                         "iterations": metrics["iterations"], "preset": cfg.preset, **contact_provenance(cfg), **calibrated.provenance(cfg),
-                         "run": str(run_dir), "wall_time_s": round(time.time() - t0, 1)},
+                        training_provenance(cfg, metrics["iterations"], run_dir, time.time() - t0),
                         out_dir=export_dir, obs_terms=cfg.obs_terms)
     print(f"done in {time.time() - t0:.0f} s; metrics: {run_dir / 'metrics.csv'}; curves: {run_dir / 'curves.png'}")
     print(f"exported {res.path} (parity {res.parity_max_abs:.1e}, {res.method})")
