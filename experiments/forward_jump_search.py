@@ -23,7 +23,13 @@ touch-down, a catch, a recovery and a stand) are varied with scipy's Powell (bou
 
 A keyframe set the library refuses (joint or ankle limits, leg reach, the floor pulling) costs 1e6. `--start
 draft` (default) starts from DRAFT below (hand-written: the first keyframes of this shape the library accepted);
-`--start <file>` from a file `--write` wrote. What it found (session 11, results/forward_jump_search.json): a
+`--start toe` from motions/jump_toes.yaml (experiments/toe_jump_search.py: the same shape, no travel) sent 0.25 m
+forward (TOE_START); `--start <file>` from a file `--write` wrote. `--tau-max F` adds
+1000 * max(0, peak upper-body |tau| / limit - F)^2 (motions.torques, inverse dynamics), which the terms above do
+not price; `--rounds` restarts Powell from the best point:
+
+    python -m experiments.forward_jump_search --start toe --tau-max 0.75 --rounds 7 \
+        --out results/forward_jump_search_tau.json  # session 13 What it found (session 11, results/forward_jump_search.json): a
 flight consistent in both momenta that travels 0.42 m, but Powell stops in a local optimum whose landing still
 needs the CoP 5.5 cm outside the feet and a -6.6 N m s jump of the angular momentum at touch-down, whose push-off
 (heels rising over its last 0.09 s, the pelvis leaning back 0.2 rad at take-off) needs the CoP 48 cm behind the
@@ -42,6 +48,7 @@ import yaml
 from experiments.landing_search import built, jump_figures, powell
 from motions.library import MOTIONS_DIR
 from motions.schema import follow_rise
+from motions.torques import upper_torque_ratio
 
 MOTION = MOTIONS_DIR / "forward_jump.yaml"  # the name the files are checked under (not read)
 OUT = Path("results/forward_jump_search.json")
@@ -67,6 +74,7 @@ PARAMS = [
 ]
 NAMES = [p[0] for p in PARAMS]
 DRAFT = np.array([p[3] for p in PARAMS])
+TOE_START = {"travel": 0.25, "foot_ahead_touchdown": 0.05, "takeoff_x": 0.1, "takeoff_pitch": 0.0}
 REWARDS = {"joint_pos": 1.0, "joint_vel": 0.1, "base_height": 1.0, "base_lin_vel": 0.5, "base_orientation": 0.5,
            "foot_height": 3.0, "foot_contact": 0.5, "action_rate": -0.01, "residual": -0.2, "torque": -1.0e-5,
            "alive": 0.5, "fall": -10.0}
@@ -122,6 +130,13 @@ def params_of(raw: dict) -> np.ndarray:
         r["pelvis_height"], r.get("pelvis_pitch", 0.0), j(r, "waist_pitch"), s["t"] - r["t"]])
 
 
+def start_from_toe_jump() -> np.ndarray:
+    """motions/jump_toes.yaml's numbers with TOE_START's travel, touch-down feet and take-off (the first such
+    variant the library accepts, scanned by hand)."""
+    v = dict(zip(NAMES, params_of(yaml.safe_load((MOTIONS_DIR / "jump_toes.yaml").read_text())))) | TOE_START
+    return np.array([v[n] for n in NAMES])
+
+
 def figures(raw: dict) -> dict | None:
     """The objective's terms of one keyframe file, or None when the library refuses it."""
     m = built(MOTION, raw)
@@ -133,18 +148,22 @@ def figures(raw: dict) -> dict | None:
     return {**fig, "descent_cop_margin_min_m": float(np.min(b["cop_margin"][descent])),
             "descent_com_margin_min_m": float(np.min(b["com_margin"][descent])),
             "travel_m": float(m.ref_base_pos[-1, 0] - m.ref_base_pos[0, 0]), "flight_s": float(t1 - t0),
+            **{f"{k}_torque_ratio": v for k, v in upper_torque_ratio(m).items() if k in ("waist", "arms")},
             "_descent_cop": b["cop_margin"][descent], "_descent_com": b["com_margin"][descent]}
 
 
-def cost(fig: dict | None) -> float:
+def cost(fig: dict | None, tau_max: float | None = None) -> float:
+    """The objective above; with tau_max, + 1000 * max(0, peak upper-body |tau| / limit - tau_max)^2 (inverse
+    dynamics, motions.torques: what the motors can give, which the objective above does not price)."""
     if fig is None:
         return 1e6
+    tau = 0.0 if tau_max is None else 1000 * max(max(fig["waist_torque_ratio"], fig["arms_torque_ratio"]) - tau_max, 0) ** 2
     sq = lambda v: float(np.nansum(np.maximum(v, 0.0) ** 2))  # noqa: E731
     return (sq((0.02 - fig["_land"]) * 100) + 0.05 * sq(-fig["_push"] * 100) + sq((0.03 - fig["_com"]) * 100)
             + sq(-fig["_descent_cop"] * 100) + sq((0.03 - fig["_descent_com"]) * 100)
             + fig["angmom_jump_at_touchdown_Nms"] ** 2 + 10 * max(abs(fig["free_pitch_drift_deg"]) - 2, 0) ** 2
             + 1e4 * max(TRAVEL_MIN - fig["travel_m"], 0) ** 2
-            + 100 * max(fig["peak_stance_force_body_weights"] - F_MAX, 0) ** 2)
+            + 100 * max(fig["peak_stance_force_body_weights"] - F_MAX, 0) ** 2 + tau)
 
 
 def public(fig: dict | None) -> dict | None:
@@ -153,16 +172,26 @@ def public(fig: dict | None) -> dict | None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--start", default="draft", help="draft | a motion file that --write wrote")
+    ap.add_argument("--start", default="draft", help="draft | toe | a motion file that --write wrote")
     ap.add_argument("--evals", type=int, default=3000, help="at most this many objective evaluations (~0.3 s each)")
+    ap.add_argument("--tau-max", type=float, default=None,
+                    help="price the upper body's torque above this fraction of the limits (default: not priced)")
+    ap.add_argument("--rounds", type=int, default=1, help="Powell restarts from the best point")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--write", type=Path, default=None, help="also write the best keyframes as a motion file here")
     args = ap.parse_args(argv)
-    x0 = DRAFT if args.start == "draft" else params_of(yaml.safe_load(Path(args.start).read_text()))
-    best = powell(lambda p: cost(figures(file_of(p))), x0, PARAMS, args.evals, "forward jump search")
-    out = {"motion": str(MOTION), "start": args.start, "evaluations": best["evaluations"], "f_max_body_weights": F_MAX,
-           "travel_min_m": TRAVEL_MIN, "clearance_m": CLEARANCE,
-           "start_figures": public(figures(file_of(x0))), "start_cost": cost(figures(file_of(x0))),
+    if args.start in ("draft", "toe"):
+        x0 = DRAFT if args.start == "draft" else start_from_toe_jump()
+    else:
+        x0 = params_of(yaml.safe_load(Path(args.start).read_text()))
+    best, n = {"p": x0}, 0
+    for r in range(args.rounds):
+        best = powell(lambda p: cost(figures(file_of(p)), args.tau_max), best["p"], PARAMS, args.evals,
+                      f"forward jump search {r + 1}/{args.rounds}")
+        n += best["evaluations"]
+    out = {"motion": str(MOTION), "start": args.start, "evaluations": n, "rounds": args.rounds,
+           "tau_max": args.tau_max, "f_max_body_weights": F_MAX, "travel_min_m": TRAVEL_MIN, "clearance_m": CLEARANCE,
+           "start_figures": public(figures(file_of(x0))), "start_cost": cost(figures(file_of(x0)), args.tau_max),
            "best_cost": best["cost"], "best": public(figures(file_of(best["p"]))),
            "best_keyframes": dict(zip(NAMES, map(_r, best["p"])))}
     args.out.parent.mkdir(parents=True, exist_ok=True)
