@@ -39,13 +39,12 @@ feet, and whose COM comes within 1.1 cm of the heels in the descent; motions/for
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 import yaml
 
-from experiments.landing_search import built, jump_figures, powell
+from experiments.landing_search import built, jump_figures, powell_rounds, write_results
 from motions.library import MOTIONS_DIR
 from motions.schema import follow_rise
 from motions.torques import upper_torque_ratio
@@ -184,24 +183,14 @@ def main(argv=None) -> int:
         x0 = DRAFT if args.start == "draft" else start_from_toe_jump()
     else:
         x0 = params_of(yaml.safe_load(Path(args.start).read_text()))
-    best, n = {"p": x0}, 0
-    for r in range(args.rounds):
-        best = powell(lambda p: cost(figures(file_of(p)), args.tau_max), best["p"], PARAMS, args.evals,
-                      f"forward jump search {r + 1}/{args.rounds}")
-        n += best["evaluations"]
-    out = {"motion": str(MOTION), "start": args.start, "evaluations": n, "rounds": args.rounds,
+    best = powell_rounds(lambda p: cost(figures(file_of(p)), args.tau_max), x0, PARAMS, args.evals, args.rounds,
+                         "forward jump search")
+    out = {"motion": str(MOTION), "start": args.start, "evaluations": best["evaluations"], "rounds": args.rounds,
            "tau_max": args.tau_max, "f_max_body_weights": F_MAX, "travel_min_m": TRAVEL_MIN, "clearance_m": CLEARANCE,
            "start_figures": public(figures(file_of(x0))), "start_cost": cost(figures(file_of(x0)), args.tau_max),
            "best_cost": best["cost"], "best": public(figures(file_of(best["p"]))),
            "best_keyframes": dict(zip(NAMES, map(_r, best["p"])))}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1))
-    if args.write is not None:
-        args.write.write_text(yaml.safe_dump(file_of(best["p"], "(forward_jump_search)"), sort_keys=False))
-    for k in ("start_figures", "best"):
-        print(f"{k}: {out[k]}")
-    print(args.out)
-    return 0
+    return write_results(out, args.out, args.write, file_of(best["p"], "(forward_jump_search)"))
 
 
 if __name__ == "__main__":

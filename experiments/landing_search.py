@@ -163,6 +163,28 @@ def powell(objective, x0: np.ndarray, params: list, evals: int, desc: str) -> di
     return {**best, "evaluations": bar.n}
 
 
+def powell_rounds(objective, x0: np.ndarray, params: list, evals: int, rounds: int, desc: str) -> dict:
+    """`powell` restarted `rounds` times from the best point so far (Powell stops in local optima of these
+    objectives); "evaluations" is the total."""
+    best, n = {"p": x0}, 0
+    for r in range(rounds):
+        best = powell(objective, best["p"], params, evals, f"{desc} {r + 1}/{rounds}")
+        n += best["evaluations"]
+    return {**best, "evaluations": n}
+
+
+def write_results(out: dict, path: Path, motion_file: Path | None = None, raw: dict | None = None) -> int:
+    """A search's JSON (and, when asked, its best keyframes as a motion file); prints the start and best figures."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1))
+    if motion_file is not None:
+        motion_file.write_text(yaml.safe_dump(raw, sort_keys=False, width=110))
+    for k in ("start_figures", "best"):
+        print(f"{k}: {out[k]}")
+    print(path)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--start", choices=("committed", "level"), default="committed",

@@ -22,14 +22,13 @@ from the best point.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 import yaml
 
 from experiments import forward_jump_search as FJ
-from experiments.landing_search import built, powell
+from experiments.landing_search import built, powell_rounds, write_results
 from motions.library import MOTIONS_DIR
 from motions.torques import upper_torque_ratio
 
@@ -99,27 +98,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     x0 = (np.array([DRAFT[n] for n in NAMES]) if args.start == "draft"
           else params_of(yaml.safe_load(Path(args.start).read_text())))
-    best, n = {"p": x0}, 0
-    for r in range(args.rounds):
-        best = powell(lambda p: cost(figures(file_of(p))), best["p"], PARAMS, args.evals,
-                      f"toe jump search {r + 1}/{args.rounds}")
-        n += best["evaluations"]
+    best = powell_rounds(lambda p: cost(figures(file_of(p))), x0, PARAMS, args.evals, args.rounds, "toe jump search")
     swing = yaml.safe_load((MOTIONS_DIR / "jump_swing.yaml").read_text())
     m_swing = built(MOTIONS_DIR / "jump_swing.yaml", swing)
-    out = {"motion": str(MOTION), "start": args.start, "evaluations": n, "rounds": args.rounds,
+    out = {"motion": str(MOTION), "start": args.start, "evaluations": best["evaluations"], "rounds": args.rounds,
            "apex_min_m": APEX_MIN, "flight_min_s": FLIGHT_MIN, "tau_max": TAU_MAX,
            "jump_swing_upper_torque": upper_torque_ratio(m_swing),
            "start_figures": FJ.public(figures(file_of(x0))), "start_cost": cost(figures(file_of(x0))),
            "best_cost": best["cost"], "best": FJ.public(figures(file_of(best["p"]))),
            "best_keyframes": dict(zip(NAMES, map(FJ._r, best["p"])))}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1))
-    if args.write is not None:
-        args.write.write_text(yaml.safe_dump(file_of(best["p"]), sort_keys=False, width=110))
-    for k in ("start_figures", "best"):
-        print(f"{k}: {out[k]}")
-    print(args.out)
-    return 0
+    return write_results(out, args.out, args.write, file_of(best["p"]))
 
 
 if __name__ == "__main__":
