@@ -151,7 +151,7 @@ def figures(raw: dict) -> dict | None:
             "_descent_cop": b["cop_margin"][descent], "_descent_com": b["com_margin"][descent]}
 
 
-def cost(fig: dict | None, tau_max: float | None = None) -> float:
+def cost(fig: dict | None, tau_max: float | None = None, travel_min: float = TRAVEL_MIN) -> float:
     """The objective above; with tau_max, + 1000 * max(0, peak upper-body |tau| / limit - tau_max)^2 (inverse
     dynamics, motions.torques: what the motors can give, which the objective above does not price)."""
     if fig is None:
@@ -161,7 +161,7 @@ def cost(fig: dict | None, tau_max: float | None = None) -> float:
     return (sq((0.02 - fig["_land"]) * 100) + 0.05 * sq(-fig["_push"] * 100) + sq((0.03 - fig["_com"]) * 100)
             + sq(-fig["_descent_cop"] * 100) + sq((0.03 - fig["_descent_com"]) * 100)
             + fig["angmom_jump_at_touchdown_Nms"] ** 2 + 10 * max(abs(fig["free_pitch_drift_deg"]) - 2, 0) ** 2
-            + 1e4 * max(TRAVEL_MIN - fig["travel_m"], 0) ** 2
+            + 1e4 * max(travel_min - fig["travel_m"], 0) ** 2
             + 100 * max(fig["peak_stance_force_body_weights"] - F_MAX, 0) ** 2 + tau)
 
 
@@ -176,6 +176,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tau-max", type=float, default=None,
                     help="price the upper body's torque above this fraction of the limits (default: not priced)")
     ap.add_argument("--rounds", type=int, default=1, help="Powell restarts from the best point")
+    ap.add_argument("--travel-min", type=float, default=TRAVEL_MIN, help="m, the travel below which the cost rises")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--write", type=Path, default=None, help="also write the best keyframes as a motion file here")
     args = ap.parse_args(argv)
@@ -183,11 +184,11 @@ def main(argv=None) -> int:
         x0 = DRAFT if args.start == "draft" else start_from_toe_jump()
     else:
         x0 = params_of(yaml.safe_load(Path(args.start).read_text()))
-    best = powell_rounds(lambda p: cost(figures(file_of(p)), args.tau_max), x0, PARAMS, args.evals, args.rounds,
-                         "forward jump search")
+    best = powell_rounds(lambda p: cost(figures(file_of(p)), args.tau_max, args.travel_min), x0, PARAMS, args.evals,
+                         args.rounds, "forward jump search")
     out = {"motion": str(MOTION), "start": args.start, "evaluations": best["evaluations"], "rounds": args.rounds,
-           "tau_max": args.tau_max, "f_max_body_weights": F_MAX, "travel_min_m": TRAVEL_MIN, "clearance_m": CLEARANCE,
-           "start_figures": public(figures(file_of(x0))), "start_cost": cost(figures(file_of(x0)), args.tau_max),
+           "tau_max": args.tau_max, "f_max_body_weights": F_MAX, "travel_min_m": args.travel_min, "clearance_m": CLEARANCE,
+           "start_figures": public(figures(file_of(x0))), "start_cost": cost(figures(file_of(x0)), args.tau_max, args.travel_min),
            "best_cost": best["cost"], "best": public(figures(file_of(best["p"]))),
            "best_keyframes": dict(zip(NAMES, map(_r, best["p"])))}
     return write_results(out, args.out, args.write, file_of(best["p"], "(forward_jump_search)"))

@@ -33,3 +33,21 @@ def test_toe_start_and_the_torque_term():
     assert F.cost(fig, tau + 0.01) == pytest.approx(F.cost(fig))
     assert F.cost(fig, tau - 0.1) == pytest.approx(F.cost(fig) + 1000 * 0.1 ** 2)
 
+
+
+def test_committed_forward_toe_jump_is_the_searched_one():
+    """motions/forward_jump_toes.yaml holds the keyframes of results/forward_jump_search_tau.json's best and what the
+    JSON says of them (travel, torque)."""
+    import json
+    from pathlib import Path
+
+    from motions.library import MOTIONS_DIR
+    from motions.torques import upper_torque_ratio
+
+    best = json.loads((Path(__file__).parents[1] / "results" / "forward_jump_search_tau.json").read_text())
+    raw = yaml.safe_load((MOTIONS_DIR / "forward_jump_toes.yaml").read_text())
+    np.testing.assert_allclose(F.params_of(raw), [best["best_keyframes"][n] for n in F.NAMES], atol=1e-9)
+    m = load_motion_file(MOTIONS_DIR / "forward_jump_toes.yaml")
+    tau = upper_torque_ratio(m)
+    assert m.ref_base_pos[-1, 0] - m.ref_base_pos[0, 0] == pytest.approx(best["best"]["travel_m"], abs=1e-4)
+    assert tau["waist"] == pytest.approx(best["best"]["waist_torque_ratio"], abs=1e-4) and tau["arms"] < 0.75
