@@ -240,10 +240,10 @@ def test_centre_of_mass_stays_over_the_feet_in_stance(name, bridge):
     d = mujoco.MjData(model)
     m = M.load_motion(name)
     qadr = RM.motor_qpos_adr(model)
-    braking = np.zeros(m.num_steps, bool)  # or launching
+    dynamic = np.zeros(m.num_steps, bool)  # braking or launching
     for t0, t1 in m.flight_windows:
-        braking |= (m.times >= t1 - 1e-9) & (m.times < t1 + 0.15) | (m.times > t0 - 0.1) & (m.times <= t0 + 1e-9)
-    for k in np.flatnonzero(~m.flight_mask & ~braking)[::3]:
+        dynamic |= (m.times >= t1 - 1e-9) & (m.times < t1 + 0.15) | (m.times > t0 - 0.1) & (m.times <= t0 + 1e-9)
+    for k in np.flatnonzero(~m.flight_mask & ~dynamic)[::3]:
         d.qpos[:] = 0
         d.qpos[:3] = m.ref_base_pos[k]
         d.qpos[3:7] = (1.0, 0.0, 0.0, 0.0) if m.ref_base_quat is None else m.ref_base_quat[k]
