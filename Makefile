@@ -124,7 +124,8 @@ motion-table: setup lo-multicast
 landing-search: setup
 	$(PY) -m experiments.landing_search $(ARGS)
 
-# results/forward_jump_search.json (README "Motions": forward_jump's keyframes; polishes the committed ones)
+# results/forward_jump_search.json (README "Motions": forward_jump's keyframes; polishes the committed ones);
+# results/forward_jump_search_tau.json: ARGS="--start toe --tau-max 0.75 --rounds 7 --out results/forward_jump_search_tau.json"
 forward-jump-search: setup
 	$(PY) -m experiments.forward_jump_search $(ARGS)
 

@@ -29,7 +29,9 @@ forward (TOE_START); `--start <file>` from a file `--write` wrote. `--tau-max F`
 not price; `--rounds` restarts Powell from the best point:
 
     python -m experiments.forward_jump_search --start toe --tau-max 0.75 --rounds 7 \
-        --out results/forward_jump_search_tau.json  # session 13 What it found (session 11, results/forward_jump_search.json): a
+        --out results/forward_jump_search_tau.json  # session 13: motions/forward_jump_toes.yaml
+
+What it found (session 11, results/forward_jump_search.json): a
 flight consistent in both momenta that travels 0.42 m, but Powell stops in a local optimum whose landing still
 needs the CoP 5.5 cm outside the feet and a -6.6 N m s jump of the angular momentum at touch-down, whose push-off
 (heels rising over its last 0.09 s, the pelvis leaning back 0.2 rad at take-off) needs the CoP 48 cm behind the
@@ -148,6 +150,7 @@ def figures(raw: dict) -> dict | None:
             "descent_com_margin_min_m": float(np.min(b["com_margin"][descent])),
             "travel_m": float(m.ref_base_pos[-1, 0] - m.ref_base_pos[0, 0]), "flight_s": float(t1 - t0),
             **{f"{k}_torque_ratio": v for k, v in upper_torque_ratio(m).items() if k in ("waist", "arms")},
+            "apex_foot_clearance_m": float(m.ref_foot_height[m.flight_mask].max(axis=0).min()),
             "_descent_cop": b["cop_margin"][descent], "_descent_com": b["com_margin"][descent]}
 
 
@@ -156,13 +159,13 @@ def cost(fig: dict | None, tau_max: float | None = None, travel_min: float = TRA
     dynamics, motions.torques: what the motors can give, which the objective above does not price)."""
     if fig is None:
         return 1e6
-    tau = 0.0 if tau_max is None else 1000 * max(max(fig["waist_torque_ratio"], fig["arms_torque_ratio"]) - tau_max, 0) ** 2
+    over = 0.0 if tau_max is None else max(fig["waist_torque_ratio"], fig["arms_torque_ratio"]) - tau_max
     sq = lambda v: float(np.nansum(np.maximum(v, 0.0) ** 2))  # noqa: E731
     return (sq((0.02 - fig["_land"]) * 100) + 0.05 * sq(-fig["_push"] * 100) + sq((0.03 - fig["_com"]) * 100)
             + sq(-fig["_descent_cop"] * 100) + sq((0.03 - fig["_descent_com"]) * 100)
             + fig["angmom_jump_at_touchdown_Nms"] ** 2 + 10 * max(abs(fig["free_pitch_drift_deg"]) - 2, 0) ** 2
             + 1e4 * max(travel_min - fig["travel_m"], 0) ** 2
-            + 100 * max(fig["peak_stance_force_body_weights"] - F_MAX, 0) ** 2 + tau)
+            + 100 * max(fig["peak_stance_force_body_weights"] - F_MAX, 0) ** 2 + 1000 * max(over, 0) ** 2)
 
 
 def public(fig: dict | None) -> dict | None:
@@ -186,9 +189,11 @@ def main(argv=None) -> int:
         x0 = params_of(yaml.safe_load(Path(args.start).read_text()))
     best = powell_rounds(lambda p: cost(figures(file_of(p)), args.tau_max, args.travel_min), x0, PARAMS, args.evals,
                          args.rounds, "forward jump search")
+    start = figures(file_of(x0))
     out = {"motion": str(MOTION), "start": args.start, "evaluations": best["evaluations"], "rounds": args.rounds,
-           "tau_max": args.tau_max, "f_max_body_weights": F_MAX, "travel_min_m": args.travel_min, "clearance_m": CLEARANCE,
-           "start_figures": public(figures(file_of(x0))), "start_cost": cost(figures(file_of(x0)), args.tau_max, args.travel_min),
+           "tau_max": args.tau_max, "f_max_body_weights": F_MAX, "travel_min_m": args.travel_min,
+           "clearance_m": CLEARANCE, "start_figures": public(start),
+           "start_cost": cost(start, args.tau_max, args.travel_min),
            "best_cost": best["cost"], "best": public(figures(file_of(best["p"]))),
            "best_keyframes": dict(zip(NAMES, map(_r, best["p"])))}
     return write_results(out, args.out, args.write, file_of(best["p"], "(forward_jump_search)"))
