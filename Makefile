@@ -129,7 +129,7 @@ landing-search: setup
 forward-jump-search: setup
 	$(PY) -m experiments.forward_jump_search $(ARGS)
 
-# results/toe_jump_search.json (README "Motions": jump_toes's keyframes; ARGS="--write motions/jump_toes.yaml" writes them)
+# results/toe_jump_search.json (README "Motions": jump's keyframes; ARGS="--write motions/jump.yaml" writes them)
 toe-jump-search: setup
 	$(PY) -m experiments.toe_jump_search $(ARGS)
 

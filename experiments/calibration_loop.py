@@ -12,8 +12,8 @@ each a subprocess:
               (lockstep: see LOCKSTEP_WHY) -> calibration/sim_perturbed.yaml
   recovery    the calibration's recovered values against the hidden truth (per parameter: truth,
               recovered, error %)
-  eval        python -m eval --motion jump --episodes 20 [--bridge-perturbation "..."] for the nominal
-              policy (--nominal-policy, default policies/g1/jump) and the calibrated one
+  eval        python -m eval --motion hop --episodes 20 [--bridge-perturbation "..."] for the nominal
+              policy (--nominal-policy, default policies/g1/hop) and the calibrated one
               (--calibrated-policy DIR), on the perturbed bridge and, for reference, on the nominal one
   dry run     python -m deploy.cli --robot sim --bridge-args "<flags>" (make deploy ROBOT=sim with the
               hidden robot as the bridge deploy launches, real time): nominal policy without and with the
@@ -26,7 +26,7 @@ redoes everything, --recalibrate the calibration), so an interrupted run continu
 and once the calibrated policy exists a second run adds only its rows. Steps that need the calibrated
 policy are skipped, with the command that trains it, while it does not exist.
 
-    python -m experiments.calibration_loop [--calibrated-policy runs/calibration_loop/calibrated/jump]
+    python -m experiments.calibration_loop [--calibrated-policy runs/calibration_loop/calibrated/hop]
         [--episodes 20] [--domain 171] [--skip-dry-run] [--force] [--recalibrate]
 
 Never imports jax: calibration, eval, the bridge and deploy are jax-free; training is the lead's step
@@ -50,7 +50,7 @@ from experiments.runs_common import rel as _rel
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_PATH = REPO / "results" / "calibration_loop.json"
 OUT = REPO / "runs" / "calibration_loop"
-MOTION = "jump"
+MOTION = "hop"
 ROBOT_ID = "sim_perturbed"
 CALIB_PATH = REPO / "calibration" / f"{ROBOT_ID}.yaml"
 NOMINAL_POLICY = REPO / "policies" / "g1" / MOTION

@@ -23,7 +23,7 @@ touch-down, a catch, a recovery and a stand) are varied with scipy's Powell (bou
 
 A keyframe set the library refuses (joint or ankle limits, leg reach, the floor pulling) costs 1e6. `--start
 draft` (default) starts from DRAFT below (hand-written: the first keyframes of this shape the library accepted);
-`--start toe` from motions/jump_toes.yaml (experiments/toe_jump_search.py: the same shape, no travel) sent 0.25 m
+`--start toe` from motions/jump.yaml (experiments/toe_jump_search.py: the same shape, no travel) sent 0.25 m
 forward (TOE_START); `--start <file>` from a file `--write` wrote. `--tau-max F` adds
 1000 * max(0, peak upper-body |tau| / limit - F)^2 (motions.torques, inverse dynamics), which the terms above do
 not price; `--rounds` restarts Powell from the best point:
@@ -132,10 +132,24 @@ def params_of(raw: dict) -> np.ndarray:
 
 
 def start_from_toe_jump() -> np.ndarray:
-    """motions/jump_toes.yaml's numbers with TOE_START's travel, touch-down feet and take-off (the first such
+    """motions/jump.yaml's numbers with TOE_START's travel, touch-down feet and take-off (the first such
     variant the library accepts, scanned by hand)."""
-    v = dict(zip(NAMES, params_of(yaml.safe_load((MOTIONS_DIR / "jump_toes.yaml").read_text())))) | TOE_START
+    v = dict(zip(NAMES, params_of(yaml.safe_load((MOTIONS_DIR / "jump.yaml").read_text())))) | TOE_START
     return np.array([v[n] for n in NAMES])
+
+
+def with_set(x: np.ndarray, assignments: list[str]) -> np.ndarray:
+    """x with `name=value` assignments applied (names from PARAMS, values inside their bounds)."""
+    x, bounds = x.copy(), {n: (lo, hi) for n, lo, hi, _ in PARAMS}
+    for a in assignments:
+        name, sep, value = a.partition("=")
+        if not sep or name not in bounds:
+            raise SystemExit(f"--set {a!r}: expected NAME=VALUE with NAME one of {', '.join(NAMES)}")
+        v = float(value)
+        if not bounds[name][0] <= v <= bounds[name][1]:
+            raise SystemExit(f"--set {a!r}: {name} must lie in [{bounds[name][0]}, {bounds[name][1]}]")
+        x[NAMES.index(name)] = v
+    return x
 
 
 def figures(raw: dict) -> dict | None:
@@ -180,6 +194,8 @@ def main(argv=None) -> int:
                     help="price the upper body's torque above this fraction of the limits (default: not priced)")
     ap.add_argument("--rounds", type=int, default=1, help="Powell restarts from the best point")
     ap.add_argument("--travel-min", type=float, default=TRAVEL_MIN, help="m, the travel below which the cost rises")
+    ap.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE",
+                    help="start with these of the 30 numbers changed (a start across a wall the library refuses)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--write", type=Path, default=None, help="also write the best keyframes as a motion file here")
     args = ap.parse_args(argv)
@@ -187,10 +203,11 @@ def main(argv=None) -> int:
         x0 = DRAFT if args.start == "draft" else start_from_toe_jump()
     else:
         x0 = params_of(yaml.safe_load(Path(args.start).read_text()))
+    x0 = with_set(x0, args.set)
     best = powell_rounds(lambda p: cost(figures(file_of(p)), args.tau_max, args.travel_min), x0, PARAMS, args.evals,
                          args.rounds, "forward jump search")
     start = figures(file_of(x0))
-    out = {"motion": str(MOTION), "start": args.start, "evaluations": best["evaluations"], "rounds": args.rounds,
+    out = {"motion": str(MOTION), "start": args.start, "set": args.set, "evaluations": best["evaluations"], "rounds": args.rounds,
            "tau_max": args.tau_max, "f_max_body_weights": F_MAX, "travel_min_m": args.travel_min,
            "clearance_m": CLEARANCE, "start_figures": public(start),
            "start_cost": cost(start, args.tau_max, args.travel_min),

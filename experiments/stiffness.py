@@ -38,7 +38,7 @@ ROWS = {
     "sigmoid50": ("bcg", "sigmoid", 50.0),
     "mjx": ("bcg", "mjx", None),
 }
-MOTION = "jump"
+MOTION = "hop"
 # The published tau = 400 N never fires on the sigmoid contact: its per-sphere forces peak at ~90 N in
 # the jump (measured over the first 30 iterations at k = 300; standing share 41 N), so BCG would be
 # plain SHAC plus the cost of idle branches. 50 N bundles an env when a sphere carries more than its

@@ -1,7 +1,7 @@
-"""A vertical jump off the toes (motions/jump_toes.yaml), searched: a flight the upper body need not swing through.
+"""A vertical jump off the toes (motions/jump.yaml), searched: a flight the upper body need not swing through.
 
     make toe-jump-search                     # writes results/toe_jump_search.json
-    python -m experiments.toe_jump_search --evals 3000 --rounds 3 --write motions/jump_toes.yaml  # what made it
+    python -m experiments.toe_jump_search --evals 3000 --rounds 3 --write motions/jump.yaml  # what made it
 
 Why (README, "Motions"): jump_swing takes off flat-footed from a 0.75 m pelvis at 2.1 m/s, and its flight is
 consistent only because the arms swing 2.8 rad and the torso 0.9 rad in 0.36 s, 1.54x the arms' and 1.58x the
@@ -32,7 +32,7 @@ from experiments.landing_search import built, powell_rounds, write_results
 from motions.library import MOTIONS_DIR
 from motions.torques import upper_torque_ratio
 
-MOTION = MOTIONS_DIR / "jump_toes.yaml"
+MOTION = MOTIONS_DIR / "jump.yaml"
 OUT = Path("results/toe_jump_search.json")
 APEX_MIN = 0.92  # m (standing 0.785; issue 14: >= +10 cm in eval)
 FLIGHT_MIN = 0.34  # s (issue 14: >= 0.3 s in eval)
@@ -81,7 +81,7 @@ def cost(fig: dict | None) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--start", default="draft", help="draft (DRAFT above) | a motion file of this shape (e.g. the "
-                    "committed motions/jump_toes.yaml, to polish it)")
+                    "committed motions/jump.yaml, to polish it)")
     ap.add_argument("--evals", type=int, default=3000, help="objective evaluations per round (~0.05 s each)")
     ap.add_argument("--rounds", type=int, default=3, help="Powell restarts from the best point")
     ap.add_argument("--out", type=Path, default=OUT)

@@ -52,7 +52,7 @@ def holosoma_models():
 
 @pytest.fixture(scope="module")
 def jump():
-    return load_artifact(REPO / "policies" / "g1" / "jump")
+    return load_artifact(REPO / "policies" / "g1" / "hop")
 
 
 def random_state(rng):

@@ -297,6 +297,6 @@ def test_eval_refuses_bad_perturbations(text, match):
 def test_eval_cli_refuses_calibration_and_perturbation_together(capsys):
     from eval import cli
 
-    assert cli.main(["--motion", "jump", "--calibration", "calibration/sim.yaml",
+    assert cli.main(["--motion", "hop", "--calibration", "calibration/sim.yaml",
                      "--bridge-perturbation", "armature_scale=1.5"]) == 2
     assert "not both" in capsys.readouterr().err

@@ -196,7 +196,7 @@ def sandbox(tmp_path, monkeypatch):
     calib_path = tmp_path / "calibration" / f"{L.ROBOT_ID}.yaml"
     calib_path.parent.mkdir()
     calib_path.write_text(yaml.safe_dump(calib))
-    nominal = tmp_path / "nominal" / "jump"
+    nominal = tmp_path / "nominal" / "hop"
     nominal.mkdir(parents=True)
     (nominal / "policy.yaml").write_text(yaml.safe_dump({"onnx_sha256": "n" * 64, "provenance": {}}))
     monkeypatch.setattr(L, "CALIB_PATH", calib_path)
@@ -224,7 +224,7 @@ def sandbox(tmp_path, monkeypatch):
 
 
 def _main(sb, *extra):
-    return L.main(["--nominal-policy", str(sb["nominal"]), "--calibrated-policy", str(sb["tmp"] / "cal" / "jump"),
+    return L.main(["--nominal-policy", str(sb["nominal"]), "--calibrated-policy", str(sb["tmp"] / "cal" / "hop"),
                    "--episodes", "3", "--domain", "90", *extra])
 
 
@@ -259,7 +259,7 @@ def test_steps_are_kept_and_calibrated_rows_wait_for_the_policy(sandbox):
     # the calibrated policy appears (trained with this calibration): only its rows run
     from robots import calibration as C
 
-    cal = sb["tmp"] / "cal" / "jump"
+    cal = sb["tmp"] / "cal" / "hop"
     cal.mkdir(parents=True)
     prov = {"calibration": {"robot_id": L.ROBOT_ID, "sha256": C.file_sha256(sb["calib_path"]), "date": "x"}}
     (cal / "policy.yaml").write_text(yaml.safe_dump({"onnx_sha256": "c" * 64, "provenance": prov}))
@@ -277,7 +277,7 @@ def test_steps_are_kept_and_calibrated_rows_wait_for_the_policy(sandbox):
 
 def test_refusals(sandbox, capsys):
     sb = sandbox
-    cal = sb["tmp"] / "cal" / "jump"
+    cal = sb["tmp"] / "cal" / "hop"
     cal.mkdir(parents=True)
     # a "calibrated" policy trained without a calibration, then with another version of it
     (cal / "policy.yaml").write_text(yaml.safe_dump({"onnx_sha256": "c" * 64, "provenance": {}}))

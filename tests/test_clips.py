@@ -25,7 +25,7 @@ HOLO_CLIP = "holosoma/data/motions/g1_29dof/whole_body_tracking/sub3_largebox_00
 
 @pytest.fixture(scope="module")
 def jump():
-    return M.load_motion("jump")
+    return M.load_motion("hop")
 
 
 def _table(m, xyzw=False):
@@ -83,7 +83,7 @@ def test_csv_round_trip_after_yaw_and_offset_is_aligned_back(tmp_path, jump):
 def test_csv_at_30_hz_resamples_within_the_interpolation_bound(tmp_path, jump):
     """The same keyframes sampled at 30 Hz (the LAFAN rate), written as csv, read back at 50 Hz:
     linear interpolation errs by at most h^2 / 8 max|f''| (h = 1/30 s) on each channel."""
-    j30 = M.load_motion_file(M.motion_path("jump"), dt=1 / 30)
+    j30 = M.load_motion_file(M.motion_path("hop"), dt=1 / 30)
     p = CF.write_csv(tmp_path / "jump30.csv", j30)
     m = C.load_clip(p)  # 30 Hz is the csv default
     n = min(m.num_steps, jump.num_steps)

@@ -23,7 +23,7 @@ from safety.limits import Limits, all_finite, safe_target, torque_interval
 N = g1.NUM_MOTORS
 
 
-@pytest.fixture(scope="module", params=["jump", "stand"])
+@pytest.fixture(scope="module", params=["hop", "stand"])
 def art(request):
     return A.load_artifact(A.artifact_dir(request.param))
 

@@ -184,7 +184,7 @@ def test_domain_randomisation_ranges_and_model(env):
 
 def test_real_motion_builds_an_env():
     motions = pytest.importorskip("motions")
-    m = motions.load_motion("jump")
+    m = motions.load_motion("hop")
     e = G1Env(nominal_cfg(), m)
     assert e.episode_length == m.ref_q.shape[0] - 1
     assert set(e.reward_weights) == set(R.TERMS)

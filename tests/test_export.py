@@ -35,7 +35,7 @@ def small():
 
 @pytest.fixture(scope="module")
 def jump():
-    return load_motion("jump")
+    return load_motion("hop")
 
 
 def test_config_finds_reference_slice():
@@ -108,9 +108,9 @@ def test_jax2onnx_failure_is_a_clear_export_error(small, monkeypatch):
 def test_export_policy_writes_a_loadable_artifact(small, jump, tmp_path):
     cfg, params, norm = small
     res = E.export_policy({"net": params, "log_std": jnp.zeros(29)}, cfg, norm, jump,
-                          {"algorithm": "test", "seed": 3, "iterations": 7}, tmp_path / "jump")
+                          {"algorithm": "test", "seed": 3, "iterations": 7}, tmp_path / "hop")
     art = A.load_artifact(res.path)
-    assert art.spec.motion.name == "jump" and art.spec.provenance["iterations"] == 7
+    assert art.spec.motion.name == "hop" and art.spec.provenance["iterations"] == 7
     assert art.spec.provenance["onnx_converter"] == "jax2onnx" and res.parity_max_abs < 1e-4
     np.testing.assert_allclose(art.ref_q, jump.ref_q, atol=1e-6)
     sess = ort.InferenceSession(art.onnx_bytes, providers=["CPUExecutionProvider"])
@@ -154,9 +154,9 @@ def test_checkpoint_round_trip_atomic_and_refuses_nan(small, tmp_path):
 
 def test_export_run_cli(small, tmp_path, capsys):
     cfg, params, norm = small
-    run = tmp_path / "runs" / "jump" / "20260101-000000"
+    run = tmp_path / "runs" / "hop" / "20260101-000000"
     (run / "checkpoints").mkdir(parents=True)
-    (run / "config.yaml").write_text(yaml.safe_dump({"motion": "jump", "algo": "bcg", "seed": 5,
+    (run / "config.yaml").write_text(yaml.safe_dump({"motion": "hop", "algo": "bcg", "seed": 5,
                                                       "actor": {"hidden": [32, 16]}}))
     C.save_checkpoint(run / "checkpoints" / "latest.npz", {"net": params, "log_std": np.zeros(29)}, norm, 12,
                       {"wall_s": 123.44})

@@ -15,10 +15,10 @@ from robots.physics import GRAVITY
 LEG = [6 * s + j for s in (0, 1) for j in (0, 3, 4)]  # hip pitch, knee, ankle pitch: the IK joints
 
 
-def _jump(tmp_path, name="jump", same_offset=False, **flight):
-    """motions/jump.yaml (the hop: 0.2 s flight from t = 1.9 s, take-off = touch-down height) with the flight
+def _jump(tmp_path, name="hop", same_offset=False, **flight):
+    """motions/hop.yaml (the hop: 0.2 s flight from t = 1.9 s, take-off = touch-down height) with the flight
     keyframe's fields replaced; same_offset: the touch-down foot_x keeps the take-off's feet-to-pelvis x offset."""
-    raw = yaml.safe_load((MOTIONS_DIR / "jump.yaml").read_text())
+    raw = yaml.safe_load((MOTIONS_DIR / "hop.yaml").read_text())
     k = raw["keyframes"]
     i = next(i for i, kf in enumerate(k) if kf.get("phase") == "flight")
     k[i] = {**k[i], **flight}
@@ -35,7 +35,7 @@ def test_follow_rise_is_the_ballistic_sagitta():
 
 
 def test_follow_without_tuck_holds_the_legs_still_in_the_air(tmp_path):
-    raw = yaml.safe_load((MOTIONS_DIR / "jump.yaml").read_text())
+    raw = yaml.safe_load((MOTIONS_DIR / "hop.yaml").read_text())
     kf = next(kf for kf in raw["keyframes"] if kf.get("phase") == "flight")
     T = next(k["t"] for k in raw["keyframes"] if k["t"] > kf["t"]) - kf["t"]
     p, kf, k1 = _jump(tmp_path, same_offset=True, apex_foot_clearance=round(follow_rise(T), 12), flight_feet="follow")
@@ -94,14 +94,14 @@ def test_jump_swing_flight_is_consistent_in_both_momenta():
 
 def test_follow_needs_the_clearance_the_flight_gives(tmp_path):
     p, kf, _ = _jump(tmp_path, apex_foot_clearance=0.02, flight_feet="follow")  # the hop's sagitta is 0.049 m
-    with pytest.raises(MotionError, match=r"jump\.yaml: keyframes\[\d\]\.apex_foot_clearance: 0\.02 m is below what "
+    with pytest.raises(MotionError, match=r"hop\.yaml: keyframes\[\d\]\.apex_foot_clearance: 0\.02 m is below what "
                                           r"flight_feet: follow gives without a tuck \(0\.049 m"):
         load_motion_file(p)
 
 
 def test_flight_feet_only_in_a_flight_and_only_known_values(tmp_path):
-    raw = yaml.safe_load((MOTIONS_DIR / "jump.yaml").read_text())
-    p = tmp_path / "jump.yaml"
+    raw = yaml.safe_load((MOTIONS_DIR / "hop.yaml").read_text())
+    p = tmp_path / "hop.yaml"
     k = raw["keyframes"]
     p.write_text(yaml.safe_dump({**raw, "keyframes": [{**k[0], "flight_feet": "follow"}] + k[1:]}))
     with pytest.raises(MotionError, match=r"keyframes\[0\]\.flight_feet: only allowed with phase: flight"):

@@ -25,7 +25,7 @@ def test_draft_round_trips_and_its_figures_are_the_references(tmp_path):
 
 
 def test_toe_start_and_the_torque_term():
-    """`--start toe` is motions/jump_toes.yaml sent forward (the library accepts it), and --tau-max prices the upper
+    """`--start toe` is motions/jump.yaml sent forward (the library accepts it), and --tau-max prices the upper
     body's inverse-dynamics torque above the bar: zero below it, 1000 x the square of the excess above."""
     fig = F.figures(F.file_of(F.start_from_toe_jump()))
     assert fig is not None and fig["travel_m"] > 0.3

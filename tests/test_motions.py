@@ -17,7 +17,7 @@ G = GRAVITY
 
 
 def test_at_least_three_motions_including_jump():
-    assert {"jump", "squat", "hop_forward"} <= set(ALL)
+    assert {"hop", "squat", "hop_forward"} <= set(ALL)
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -59,7 +59,7 @@ def test_flight_is_ballistic_and_takeoff_touchdown_are_c1(name):
             assert abs(az[1] - az[0]) < 1e-3, (tb, az)
         T = t1 - t0
         v0 = m.takeoff_velocity()
-        if name == "jump":  # same take-off and touch-down height: v0 = sqrt(2 g h_apex)
+        if name == "hop":  # same take-off and touch-down height: v0 = sqrt(2 g h_apex)
             i = int(np.argmax(h))  # the apex lies on a sample for this motion (t0 + T/2 on the grid)
             assert m.times[i] == pytest.approx(t0 + T / 2)
             apex = h[i] - m.takeoff_heights[0]
@@ -70,7 +70,7 @@ def test_flight_is_ballistic_and_takeoff_touchdown_are_c1(name):
 
 
 def test_jump_numbers():
-    m = M.load_motion("jump")
+    m = M.load_motion("hop")
     s = M.summary(m)
     clearance = m.ref_foot_height[m.flight_mask].max(axis=0).min()  # min over feet of the max in flight
     assert clearance >= 0.08
@@ -101,7 +101,7 @@ def bridge():
     return model, spheres
 
 
-@pytest.mark.parametrize("name", ["jump", "hop_forward"])
+@pytest.mark.parametrize("name", ["hop", "hop_forward"])
 def test_ik_puts_soles_flat_at_reference_height_in_c_mujoco(name, bridge):
     """FK oracle: the reference joints with the pelvis at the reference pose put each sole flat
     at the reference foot height (0 in stance) and at the reference x."""
@@ -131,7 +131,7 @@ def test_unknown_motion_lists_available():
     with pytest.raises(M.MotionError) as e:
         M.load_motion("moonwalk")
     msg = str(e.value)
-    assert "moonwalk" in msg and "jump" in msg and "squat" in msg
+    assert "moonwalk" in msg and "hop" in msg and "squat" in msg
 
 
 GOOD = """\
@@ -211,13 +211,13 @@ def test_schema_errors_name_field_and_fix(tmp_path, text, field, fix):
 
 
 def test_preview_plot(tmp_path):
-    out = M.plot_motion(M.load_motion("jump"), tmp_path / "jump.png")
+    out = M.plot_motion(M.load_motion("hop"), tmp_path / "jump.png")
     assert out.stat().st_size > 10_000
 
 
 def test_preview_cli_prints_phases_and_writes_the_plot(tmp_path, capsys):
-    m = M.load_motion("jump")
-    assert motions_cli(["preview", "jump", "--out", str(tmp_path / "j.png")]) == 0
+    m = M.load_motion("hop")
+    assert motions_cli(["preview", "hop", "--out", str(tmp_path / "j.png")]) == 0
     text = capsys.readouterr().out
     assert (tmp_path / "j.png").stat().st_size > 10_000
     assert f"{m.num_steps} frames" in text and "50 Hz" in text and str(list(m.flight_windows)) in text

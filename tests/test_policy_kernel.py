@@ -37,7 +37,7 @@ def _state(rng):
 
 @pytest.fixture(scope="module")
 def jump():
-    return A.load_artifact(A.artifact_dir("jump"))
+    return A.load_artifact(A.artifact_dir("hop"))
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def _compare_programs(art, n=400, seed=0):
     return worst
 
 
-@pytest.mark.parametrize("name", ["jump", "jump_high", "stand"])
+@pytest.mark.parametrize("name", ["hop", "jump_high", "stand"])
 def test_committed_artifacts_compile_and_match_onnxruntime(name):
     art = A.load_artifact(A.artifact_dir(name))
     assert _compare_programs(art) <= COMPILED_TOL
@@ -79,11 +79,11 @@ def test_adapted_mjlab_artifact_compiles_and_matches_onnxruntime(mjlab):
     assert PolicyRuntime(mjlab).backend == "compiled"
 
 
-@pytest.mark.parametrize("which", ["jump", "mjlab"])
+@pytest.mark.parametrize("which", ["hop", "mjlab"])
 def test_runtime_steps_match_the_onnxruntime_backend(jump, mjlab, which):
     """The two backends step by step over a whole motion: the same observation (same last action fed to both),
     actions within COMPILED_TOL, targets from them."""
-    art = jump if which == "jump" else mjlab
+    art = jump if which == "hop" else mjlab
     c, o = PolicyRuntime(art), PolicyRuntime(art, backend="onnxruntime")
     assert (c.backend, o.backend) == ("compiled", "onnxruntime") and o.backend_reason == "requested"
     rng = np.random.default_rng(3)
@@ -224,7 +224,7 @@ def test_unsupported_shapes_are_refused_with_a_reason():
         K.lower(b, {}, "y")
 
 
-@pytest.mark.parametrize("name", ["jump", "stand"])
+@pytest.mark.parametrize("name", ["hop", "stand"])
 def test_native_tick_equals_the_step_by_step_path(name):
     """The native motion tick in one call (observation, program, target: mlp_kernel.NativeTick) gives what
     observe -> infer -> action_target give, bit for bit, at every step and past the motion's end."""

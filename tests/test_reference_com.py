@@ -23,7 +23,7 @@ ARRAYS = ("ref_q", "ref_height", "ref_foot_height", "ref_dq", "ref_base_pos", "r
 # existed; on this session's machine (numpy's X86_V3 paths) the same code gives other bytes, so a byte-for-byte
 # hash is a check of the CPU: the check is to 1e-12 (rad, m, m/s)
 DEFAULT_REFERENCES = Path(__file__).parent / "data" / "default_references.npz"
-DEFAULT_MOTIONS = ("hop_forward", "jump", "jump_high", "squat")
+DEFAULT_MOTIONS = ("hop_forward", "hop", "jump_high", "squat")
 DVXY_MAX = 0.01  # m/s: COM horizontal velocity change over the flight
 AZ_TOL = 0.05  # m/s^2: |mean COM vertical acceleration in flight + g| (flight_consistency's stencil reaches the edges)
 

@@ -29,9 +29,9 @@ SCALE_B = 0.4  # the committed jump uses 0.25
 
 @pytest.fixture(scope="module")
 def arts(tmp_path_factory):
-    a = A.load_artifact(A.artifact_dir("jump"))
+    a = A.load_artifact(A.artifact_dir("hop"))
     spec_b = dataclasses.replace(a.spec, action_scale=SCALE_B, onnx_sha256="")
-    out = A.write_artifact(tmp_path_factory.mktemp("scaled") / "jump", onnx.load_from_string(a.onnx_bytes),
+    out = A.write_artifact(tmp_path_factory.mktemp("scaled") / "hop", onnx.load_from_string(a.onnx_bytes),
                            spec_b, a.ref_q, a.ref_height)
     b = A.load_artifact(out)
     assert a.spec.action_scale != SCALE_B and b.spec.action_scale == SCALE_B

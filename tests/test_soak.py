@@ -74,7 +74,7 @@ def test_stream_holds_under_two_busy_processes(tmp_path):
     got = {}
 
     def dry_run():
-        r = run_cli("--robot", "sim", "--motion", "jump", "--domain", 69, "--run-root", tmp_path, "--no-plot",
+        r = run_cli("--robot", "sim", "--motion", "hop", "--domain", 69, "--run-root", tmp_path, "--no-plot",
                     timeout=180)
         got["s"] = summary_of(r.stdout)
         return got["s"]

@@ -1,4 +1,4 @@
-"""experiments/toe_jump_search.py: the committed motions/jump_toes.yaml is what its parameterisation writes, the
+"""experiments/toe_jump_search.py: the committed motions/jump.yaml is what its parameterisation writes, the
 figures it scores are the library's reference's, and what it was searched for holds (issue 14 item 2's reference:
 a flight of >= 0.34 s to a >= 0.92 m pelvis apex whose upper body needs <= 0.76 of its torque limits, against
 jump_swing's 1.58 / 1.54)."""
@@ -13,11 +13,11 @@ from motions.torques import upper_torque_ratio
 
 
 def test_committed_keyframes_round_trip_and_score_as_the_library_builds_them(tmp_path):
-    raw = yaml.safe_load((MOTIONS_DIR / "jump_toes.yaml").read_text())
+    raw = yaml.safe_load((MOTIONS_DIR / "jump.yaml").read_text())
     p = T.params_of(raw)
     assert T.file_of(p)["keyframes"] == raw["keyframes"]
     fig = T.figures(raw)
-    m = load_motion_file(MOTIONS_DIR / "jump_toes.yaml")
+    m = load_motion_file(MOTIONS_DIR / "jump.yaml")
     (f,) = flight_consistency(m)
     tau = upper_torque_ratio(m)
     assert fig["free_pitch_drift_deg"] == pytest.approx(f["free_pitch_drift_deg"], abs=1e-9)

@@ -17,7 +17,7 @@ from robots.physics import GRAVITY
 
 
 def _still(q: np.ndarray, n: int = 5):
-    m, T = load_motion("jump"), n
+    m, T = load_motion("hop"), n
     return dataclasses.replace(m, ref_q=np.tile(q, (T, 1)), ref_height=np.full(T, 0.9),
                                ref_foot_height=np.zeros((T, 2)), ref_dq=np.zeros((T, 29)),
                                ref_base_pos=np.tile([0.0, 0.0, 0.9], (T, 1)), ref_base_lin_vel=np.zeros((T, 3)),
@@ -52,7 +52,7 @@ def test_the_ratio_names_the_worst_joint():
 def test_preview_prints_the_upper_body_torque(capsys):
     from motions.__main__ import main
 
-    assert main(["preview", "jump", "--out", "/tmp/jump_torque_preview.png"]) == 0
+    assert main(["preview", "hop", "--out", "/tmp/jump_torque_preview.png"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "upper-body torque" in x)
-    r = upper_torque_ratio(load_motion("jump"))
+    r = upper_torque_ratio(load_motion("hop"))
     assert f"waist {r['waist']:.2f}, arms {r['arms']:.2f}" in line

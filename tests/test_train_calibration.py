@@ -55,7 +55,7 @@ def test_overrides_centre_kp_and_delay(tmp_path):
     assert o["dr"]["action_latency_prob"] == pytest.approx(0.5)  # 10 ms / 20 ms: mean randomised delay 10 ms
     # a calibration that measured no delay (lockstep) keeps the preset's latency probability
     assert "action_latency_prob" not in calibrated.overrides(SIM, g1.CONTROL_DT)["dr"]
-    cfg = preset("cpu", motion="jump").with_overrides(o)
+    cfg = preset("cpu", motion="hop").with_overrides(o)
     assert cfg.env.domain_rand.kp_centre == cfg.domain_rand.kp_centre == tuple([0.9] * g1.NUM_MOTORS)
     assert from_dict(cfg.to_dict()) == cfg  # config.yaml round trip keeps the calibration
 
@@ -77,11 +77,11 @@ def test_sampled_kp_is_centred_on_the_calibration():
 
 
 def test_provenance_records_the_calibration():
-    cfg = preset("cpu", motion="jump").with_overrides(calibrated.overrides(SIM, g1.CONTROL_DT))
+    cfg = preset("cpu", motion="hop").with_overrides(calibrated.overrides(SIM, g1.CONTROL_DT))
     prov = calibrated.provenance(cfg)["calibration"]
     assert prov["robot_id"] == "sim" and prov["date"].startswith("2026-11-30")
     assert prov["sha256"] == hashlib.sha256(open(SIM, "rb").read()).hexdigest()
-    assert calibrated.provenance(preset("cpu", motion="jump")) == {}
+    assert calibrated.provenance(preset("cpu", motion="hop")) == {}
 
 
 @pytest.mark.parametrize("edit, match", [
@@ -91,12 +91,12 @@ def test_provenance_records_the_calibration():
 ])
 def test_bad_calibration_refused_before_compile(tmp_path, capsys, edit, match):
     p = _write(tmp_path, edit)
-    assert train_main(["--motion", "jump", "--calibration", str(p), "--iterations", "1"]) == 2
+    assert train_main(["--motion", "hop", "--calibration", str(p), "--iterations", "1"]) == 2
     assert match in capsys.readouterr().err
 
 
 def test_missing_calibration_file_names_the_fix(capsys):
-    assert train_main(["--motion", "jump", "--calibration", "calibration/nope.yaml"]) == 2
+    assert train_main(["--motion", "hop", "--calibration", "calibration/nope.yaml"]) == 2
     assert "make calibrate" in capsys.readouterr().err
 
 
@@ -118,7 +118,7 @@ def test_exported_artifact_records_the_calibration_and_preflight_accepts_it(tmp_
     from train.checkpoint import save_checkpoint
     from train.config import save_config
 
-    cfg = preset("cpu", motion="jump").with_overrides({**calibrated.overrides(SIM, g1.CONTROL_DT),
+    cfg = preset("cpu", motion="hop").with_overrides({**calibrated.overrides(SIM, g1.CONTROL_DT),
                                                        "actor": {"hidden": (8,)}})
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)

@@ -21,7 +21,7 @@ from train.cli import parse_overrides
 
 def test_action_scale_override_reaches_env_actor_and_exported_artifact(tmp_path):
     """`--set env.action_scale=0.5` trains AND exports at 0.5 (it used to export 0.25)."""
-    cfg = C.preset("cpu", motion="jump", algo="bcg").with_overrides(
+    cfg = C.preset("cpu", motion="hop", algo="bcg").with_overrides(
         parse_overrides(["env.action_scale=0.5", "actor.hidden=[16]"]))
     assert cfg.env.action_scale == 0.5 and cfg.actor.action_scale == 0.5
     # the run folder as the trainer writes it, then export's own reader and writer
@@ -40,9 +40,9 @@ def test_action_scale_override_reaches_env_actor_and_exported_artifact(tmp_path)
     assert art.spec.action_scale == 0.5
     # the graph's residual divides the reference by the same 0.5: zero MLP -> exactly the reference target
     zero = jax.tree.map(np.zeros_like, params)
-    spec = E.artifact_spec(cfg.actor, cfg.obs_terms, load_motion("jump"), {})
+    spec = E.artifact_spec(cfg.actor, cfg.obs_terms, load_motion("hop"), {})
     assert spec.action_scale == 0.5
-    obs = E.realistic_observations(load_motion("jump"), cfg.obs_terms, np.random.default_rng(0), n=4)
+    obs = E.realistic_observations(load_motion("hop"), cfg.obs_terms, np.random.default_rng(0), n=4)
     a = np.asarray(N.actor_mean(zero, obs, cfg.actor, norm))
     ref = obs[:, cfg.actor.ref_index:cfg.actor.ref_index + 29]
     np.testing.assert_array_equal(a * np.float32(0.5), ref)
@@ -86,18 +86,18 @@ def test_presets_are_instances_with_todays_numbers():
 
 
 def test_committed_run_config_reads_as_the_cpu_preset():
-    """policies/g1/jump/training/config.yaml (the older layout) -> exactly today's cpu preset."""
-    cfg = C.load_config(A.artifact_dir("jump") / "training")
-    assert cfg == C.preset("cpu", motion="jump", algo="bcg", seed=0, stiffness="stiff")
-    assert cfg.actor.ref_index == 99 and cfg.actor.action_scale == A.load_artifact(A.artifact_dir("jump")).spec.action_scale
+    """policies/g1/hop/training/config.yaml (the older layout) -> exactly today's cpu preset."""
+    cfg = C.load_config(A.artifact_dir("hop") / "training")
+    assert cfg == C.preset("cpu", motion="hop", algo="bcg", seed=0, stiffness="stiff")
+    assert cfg.actor.ref_index == 99 and cfg.actor.action_scale == A.load_artifact(A.artifact_dir("hop")).spec.action_scale
     assert (P.FALL_HEIGHT_M, P.FALL_TILT_RAD) == (0.4, 1.0)  # the legacy file's min_base_height / max_tilt
 
 
 def test_legacy_mapping_refuses_an_inconsistent_old_run():
     from train.config_legacy import from_legacy
 
-    old = {"motion": "jump", "algo": "bcg", "env": {"action_scale": 0.5}, "actor": {"action_scale": 0.25}}
+    old = {"motion": "hop", "algo": "bcg", "env": {"action_scale": 0.5}, "actor": {"action_scale": 0.25}}
     with pytest.raises(ValueError, match="actor.action_scale"):
         from_legacy(old)
     with pytest.raises(ValueError, match="fall criterion"):
-        from_legacy({"motion": "jump", "env": {"max_tilt": 0.8}})
+        from_legacy({"motion": "hop", "env": {"max_tilt": 0.8}})

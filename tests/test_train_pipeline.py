@@ -25,7 +25,7 @@ TINY = {"shac": {"num_envs": 2, "horizon": 2, "critic_hidden": (16,), "critic_it
         "actor": {"hidden": (16,)}}
 
 
-def tiny(iterations: int, motion: str = "jump"):
+def tiny(iterations: int, motion: str = "hop"):
     return preset("cpu", motion=motion, algo="shac", seed=0).with_overrides(
         {**TINY, "shac": {**TINY["shac"], "iterations": iterations}})
 
@@ -45,7 +45,7 @@ def test_pipeline_train_export_run_in_deploy_runner(trained):
     lines = (run / "metrics.csv").read_text().strip().splitlines()
     assert len(lines) == 3  # header + 2 iterations
     art = A.load_artifact(out)
-    assert art.spec.motion.name == "jump" and art.spec.provenance["iterations"] == 2
+    assert art.spec.motion.name == "hop" and art.spec.provenance["iterations"] == 2
     assert art.spec.provenance["algorithm"] == "shac"
     runner = PolicyRuntime(art)
     o = runner.step(0, q=np.asarray(art.spec.default_joint_pos), dq=np.zeros(29), gyro=np.zeros(3),
@@ -68,14 +68,14 @@ def test_resume_continues_from_checkpoint(trained):
 
 def test_env_and_deploy_build_the_same_observation():
     """Contract: the MJX env's observation == deploy's PolicyRuntime.observe on the same robot state."""
-    motion = load_motion("jump")
+    motion = load_motion("hop")
     env = G1Env(EnvConfig(domain_rand=DR.DomainRandConfig.off(), obs_noise=0.0), motion)
     step = jax.jit(env.step)
     s = env.reset(jax.random.PRNGKey(0))
     rng = np.random.default_rng(0)
     for _ in range(3):
         s = step(s, jnp.asarray(rng.normal(0, 0.3, 29), jnp.float32))
-    art = A.load_artifact(A.artifact_dir("jump"))
+    art = A.load_artifact(A.artifact_dir("hop"))
     runner = PolicyRuntime(art)
     runner.last_action = np.asarray(s.last_action, float)
     qpos, qvel = np.asarray(s.data.qpos, float), np.asarray(s.data.qvel, float)
@@ -86,7 +86,7 @@ def test_env_and_deploy_build_the_same_observation():
 
 
 def test_unknown_motion_lists_available():
-    with pytest.raises(MotionError, match="jump"):
+    with pytest.raises(MotionError, match="hop"):
         train_run(preset("cpu", motion="moonwalk", algo="shac"))
 
 
@@ -99,7 +99,7 @@ def test_short_training_run_improves_reward_and_falls(tmp_path):
     reward and 3.7 -> 1.9 falls from iterations 0-49 to 150-199; 6.15 and 2.8 at 100-149). A 200-iteration schedule decays
     the learning rate 4x faster and improves only half as much (4.17 -> 4.20, 3.7 -> 2.9, measured
     with the earlier foot_height weight 1)."""
-    run = train_run(preset("cpu", motion="jump", algo="bcg", seed=0), run_root=tmp_path,
+    run = train_run(preset("cpu", motion="hop", algo="bcg", seed=0), run_root=tmp_path,
                     export_dir=str(tmp_path / "a"), time_budget_s=600, progress=False)
     import csv
 

@@ -67,7 +67,7 @@ def test_holosoma_loco_walks_under_a_scripted_command(holosoma_models, tmp_path)
 
 @pytest.mark.dds
 def test_jump_as_mjlab_tracking_policy_completes_its_clip(tmp_path):
-    p = export_mjlab(load_artifact(REPO / "policies" / "g1" / "jump"), tmp_path / "jump_mjlab")
+    p = export_mjlab(load_artifact(REPO / "policies" / "g1" / "hop"), tmp_path / "jump_mjlab")
     r = run_cli("--robot", "sim", "--policy", p, "--domain", TRACK_DOMAIN, "--run-root", tmp_path, "--no-plot",
                 timeout=240)
     assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
@@ -91,7 +91,7 @@ def test_bad_third_party_policy_refused_with_nothing_sent(dds_domain, tmp_path):
             r = run_cli("--robot", "sim", "--no-bridge", "--domain", dds_domain, "--policy", tmp_path / "plain.onnx",
                         "--run-root", tmp_path)
             assert_refused(r, o, "policy artifact rejected", "unknown policy format", since=t0)
-            r = run_cli("--robot", "sim", "--no-bridge", "--domain", dds_domain, "--motion", "jump",
+            r = run_cli("--robot", "sim", "--no-bridge", "--domain", dds_domain, "--motion", "hop",
                         "--velocity", "0.5,0,0@5-10", "--run-root", tmp_path)
             assert_refused(r, o, "--velocity given, but", "is a motion policy", since=t0)
     finally:

@@ -16,7 +16,7 @@ Invariants:
   lists -> tuples, unknown keys refused).
 - Presets are TrainConfig instances; `preset` names the one a config started from.
 - config.yaml holds `to_dict()` (`config_version: 2`, derived fields left out). Files of the
-  earlier layout (no config_version: the committed policies/g1/jump/training/config.yaml) are
+  earlier layout (no config_version: the committed policies/g1/hop/training/config.yaml) are
   read through `train.config_legacy.from_legacy`, an explicit mapping.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Reading training configs of the layout before config_version 2 (the committed
-policies/g1/jump/training/config.yaml and runs made before the typed root).
+policies/g1/hop/training/config.yaml and runs made before the typed root).
 
 The explicit mapping, old key -> TrainConfig (everything else is read as is):
 - `devices`: dropped (a record of the machine); `shac.num_envs` was saved already multiplied
