@@ -1,11 +1,15 @@
 """The whole pipeline: make train (a few iterations) -> export -> deploy's runner; and the
 observation contract between the MJX env and the deploy loop."""
 import dataclasses
+import json
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import onnx
 import pytest
+from onnx import numpy_helper
 
 from policies import artifact as A
 from policies.runtime import PolicyRuntime
@@ -15,6 +19,7 @@ from train import domain_rand as DR
 from train.config import PRESETS, preset
 from train.env import EnvConfig, G1Env
 from train.pipeline import run as train_run
+from train.select import SEED, rank
 from train.shac import SHACConfig
 
 # Compiling the SHAC iteration dominates (minutes on 2 cores), not the 2 iterations.
@@ -53,6 +58,34 @@ def test_pipeline_train_export_run_in_deploy_runner(trained):
     assert np.all(np.isfinite(o.action)) and o.target.shape == (29,)
     # residual on reference: a barely trained actor still commands close to the reference target
     assert np.max(np.abs(o.target - art.ref_q[1])) < 0.2
+
+
+def _weights(art) -> list:
+    return [numpy_helper.to_array(t) for t in onnx.load_from_string(art.onnx_bytes).graph.initializer]
+
+
+def test_selection_exports_the_best_evaluated_candidate(tmp_path):
+    """--select-every: each candidate is exported and evaluated by `python -m eval` (a subprocess, seed SEED);
+    the exported policy is the candidate rank() puts first (its ONNX weights, its iteration), and select.json
+    holds each candidate's eval.json figures."""
+    out = tmp_path / "artifact"
+    run = train_run(tiny(2), run_root=tmp_path, export_dir=str(out), checkpoint_every=1, progress=False,
+                    select_every=1, select_episodes=2)
+    sel = json.loads((run / "select" / "select.json").read_text())
+    rows = sel["candidates"]
+    assert [r["iteration"] for r in rows] == [1, 2] and sel["eval_seed"] == SEED
+    for r in rows:
+        ev = json.loads(Path(r["eval_json"]).read_text())
+        assert (ev["episodes"], ev["config"]["seed"], ev["falls"], ev["stood_at_end"]) == (2, SEED, r["falls"], r["stood_at_end"])
+        assert Path(ev["artifact"]) == Path(r["artifact"])
+    pick = min(rows, key=rank)
+    assert sel["selected_iteration"] == pick["iteration"]
+    art, cand = A.load_artifact(out), A.load_artifact(pick["artifact"])
+    assert art.spec.provenance["iterations"] == pick["iteration"] and "select.json" in art.spec.provenance["selected"]
+    for a, b in zip(_weights(art), _weights(cand), strict=True):
+        np.testing.assert_array_equal(a, b)
+    other = A.load_artifact(next(r for r in rows if r is not pick)["artifact"])
+    assert any(not np.array_equal(a, b) for a, b in zip(_weights(other), _weights(cand)))
 
 
 def test_resume_continues_from_checkpoint(trained):

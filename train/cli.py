@@ -69,10 +69,16 @@ def main(argv=None) -> int:
     ap.add_argument("--tag", default="", help="suffix of the run folder name")
     ap.add_argument("--time-budget-min", type=float, default=None,
                     help="stop after this many minutes of wall time, then save and export (Ctrl-C does the same)")
+    ap.add_argument("--select-every", type=int, default=0, metavar="N",
+                    help="every N iterations (a multiple of 25) export the policy and evaluate it (python -m eval, "
+                         "seed 1000, in a subprocess); export the best of them and the final one (train/select.py)")
+    ap.add_argument("--select-episodes", type=int, default=20, help="episodes of each selection evaluation")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="override one preset setting, e.g. --set shac.num_envs=32 --set shac.actor_lr=3e-4 "
                          "(sections: shac, actor, bcg, env, dr; repeatable; values parsed as YAML)")
     a = ap.parse_args(argv)
+    if a.select_every < 0 or a.select_every % 25:
+        ap.error(f"--select-every {a.select_every}: use a multiple of 25 (the checkpoint interval), or 0 for off")
     from motions import MotionError
     from robots.calibration import CalibrationFileError
     from train.config import preset
@@ -111,7 +117,8 @@ def main(argv=None) -> int:
         ap.error(str(e))
     try:
         run(cfg, resume=a.resume, export_dir=a.export_dir, tag=a.tag,
-            time_budget_s=None if a.time_budget_min is None else 60 * a.time_budget_min)
+            time_budget_s=None if a.time_budget_min is None else 60 * a.time_budget_min,
+            select_every=a.select_every, select_episodes=a.select_episodes)
     except (MotionError, TrainingDiverged) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -7,6 +7,8 @@ checkpoints/latest.npz), calls train.trainer.train with a progress bar, a metric
 a checkpoint saver as its callbacks, then exports policies/g1/<motion>/ (or `export_dir`)
 from the returned params with the same TrainConfig's actor. `resume=<run dir>` continues that
 run from its latest checkpoint with the config given (the run's config.yaml is kept).
+`select_every=N` exports and evaluates the policy every N iterations and exports the best of them and the
+final one instead of the final one (train/select.py).
 """
 from __future__ import annotations
 
@@ -20,16 +22,19 @@ from train.checkpoint import load_checkpoint, save_checkpoint
 from train.config import TrainConfig, save_config
 from train.env import G1Env
 from train.export import export_policy, training_provenance
+from train.select import Selector
 from train.trainer import make_trainer, resumable, train
 
 
 def run(cfg: TrainConfig, *, run_root: Path | None = None, resume: str | Path | None = None,
         export_dir: str | Path | None = None, checkpoint_every: int = 25, progress: bool = True, tag: str = "",
-        time_budget_s: float | None = None) -> Path:
+        time_budget_s: float | None = None, select_every: int = 0, select_episodes: int = 20) -> Path:
     from tqdm import tqdm
 
     from motions import load_motion
 
+    if select_every and select_every % checkpoint_every:
+        raise ValueError(f"select_every ({select_every}) must be a multiple of the checkpoint interval ({checkpoint_every})")
     motion = load_motion(cfg.motion)
     env = G1Env(cfg.env, motion)
     trainer = make_trainer(cfg, env)
@@ -55,9 +60,20 @@ def run(cfg: TrainConfig, *, run_root: Path | None = None, resume: str | Path | 
         bar.set_postfix(reward=f"{m['reward']:.3f}", ep_len=f"{m['episode_len']:.0f}", falls=int(m["falls"]),
                         bundled=f"{m.get('bundled_frac', 0):.2f}")
 
+    selector = Selector(run_dir, motion.name, episodes=select_episodes) if select_every else None
+    wall_at: dict[int, float] = {}
+
+    def export_at(it: int, **extra):
+        return lambda actor, obs_norm, out: export_policy(
+            actor, cfg.actor, obs_norm, motion, training_provenance(cfg, it, run_dir, wall_at.get(it), **extra),
+            out_dir=out, obs_terms=cfg.obs_terms)
+
     def on_checkpoint(ts, it: int, m: dict) -> None:
         save_checkpoint(ck_latest, ts.actor, ts.obs_norm, it, m, extra=resumable(ts), meta=meta)
         run_io.plot_curves(run_dir / "metrics.csv", run_dir / "curves.png")
+        wall_at[it] = m["wall_s"]
+        if selector is not None and it % select_every == 0:
+            selector.candidate(it, ts.actor, ts.obs_norm, export_at(it))
 
     t0 = time.time()
     try:
@@ -69,9 +85,16 @@ def run(cfg: TrainConfig, *, run_root: Path | None = None, resume: str | Path | 
     if metrics["stopped"]:
         print(f"stopped after {metrics['iterations']} iterations: {metrics['stopped']}; saving and exporting what was trained")
     run_io.plot_curves(run_dir / "metrics.csv", run_dir / "curves.png")
-    res = export_policy(params.actor, cfg.actor, params.obs_norm, motion,
-                        training_provenance(cfg, metrics["iterations"], run_dir, time.time() - t0),
-                        out_dir=export_dir, obs_terms=cfg.obs_terms)
+    done = metrics["iterations"]
+    wall_at[done] = time.time() - t0
+    if selector is None:
+        res = export_at(done)(params.actor, params.obs_norm, export_dir)
+    else:
+        pick, (actor, obs_norm) = selector.finish(done, params.actor, params.obs_norm, export_at(done))
+        print(f"selected iteration {pick['iteration']} of {sorted(r['iteration'] for r in selector.rows)} "
+              f"(eval seed {selector.seed}: {pick.get('falls')}/{pick.get('episodes')} falls); {selector.root / 'select.json'}")
+        res = export_at(pick["iteration"], selected=f"{selector.root / 'select.json'} (eval seed {selector.seed})")(
+            actor, obs_norm, export_dir)
     print(f"done in {time.time() - t0:.0f} s; metrics: {run_dir / 'metrics.csv'}; curves: {run_dir / 'curves.png'}")
     print(f"exported {res.path} (parity {res.parity_max_abs:.1e}, {res.method})")
     return run_dir

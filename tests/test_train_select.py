@@ -1,0 +1,15 @@
+"""train/select.py's choice, hand-computed (the end-to-end selection in a training run is
+tests/test_train_pipeline.py::test_selection_exports_the_best_evaluated_candidate)."""
+from train.select import best, rank
+
+
+def row(it, falls, stood=20, track=5.0):
+    return {"iteration": it, "falls": falls, "stood_at_end": stood, "tracking_error_cm": track}
+
+
+def test_rank_is_falls_then_standing_then_tracking_then_the_later_iteration():
+    rows = [row(100, 2, 18, 4.0), row(200, 0, 19, 4.0), row(300, 0, 20, 9.0), row(400, 0, 20, 6.0),
+            row(500, 0, 20, 6.0), {"iteration": 600, "falls": None, "error": "python -m eval exited 2"}]
+    assert [r["iteration"] for r in sorted(rows, key=rank)] == [500, 400, 300, 200, 100, 600]
+    assert best(rows)["iteration"] == 500
+    assert best(rows[:1] + rows[-1:])["iteration"] == 100  # a failed evaluation never wins over a measured one

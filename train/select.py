@@ -1,0 +1,108 @@
+"""Checkpoint selection by a held-out evaluation (`make train ... ARGS="--select-every 100"`).
+
+A motion's training return is not its success: the toe jump's run (session 13) fell 18/20 in `make eval` at
+iteration 475, 0/20 at 825 and 14/20 at 1025 while its reward rose, and the forward jump's fell 20/20 at 900 and
+0/20 at its end. So every `every` iterations the training exports its policy to run/select/it<N>/<motion>/ and
+starts `python -m eval` on it in a subprocess (C MuJoCo and onnxruntime, no jax; it runs while the training
+goes on, on whichever core is free), with eval seed SEED, not `make eval`'s 0: the figures reported for the
+exported policy are then not the ones it was chosen by. At the end the final policy is evaluated too, the best
+candidate by `rank` (fewest falls, then most standing at the end, then the lowest tracking error; a tie goes to
+the later iteration) is exported to the usual place, and run/select/select.json lists every candidate.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jax
+import numpy as np
+
+SEED = 1000  # the selection's eval seed: `make eval` reports on seed 0
+
+
+def rank(row: dict) -> tuple:
+    """The sort key of an evaluated candidate (lower is better); a failed evaluation ranks last."""
+    if row.get("falls") is None:
+        return (float("inf"), 0, float("inf"), -row["iteration"])
+    return (row["falls"], -row["stood_at_end"], row["tracking_error_cm"], -row["iteration"])
+
+
+def best(rows: list[dict]) -> dict:
+    return min(rows, key=rank)
+
+
+@dataclass
+class Selector:
+    """Exports and evaluates candidates during a run; `finish` picks the best."""
+    run_dir: Path
+    motion: str
+    episodes: int = 20
+    seed: int = SEED
+    rows: list[dict] = field(default_factory=list)
+    params: dict = field(default_factory=dict)  # iteration -> (actor, obs_norm) on the host
+    _running: list = field(default_factory=list)  # (row, Popen, log file)
+
+    @property
+    def root(self) -> Path:
+        return self.run_dir / "select"
+
+    def candidate(self, iteration: int, actor, obs_norm, export) -> None:
+        """Export (`export(actor, obs_norm, out_dir)`) and start its evaluation; returns at once."""
+        self._reap(wait=True)  # one evaluation at a time: they are ~20 s, candidates minutes apart
+        host = jax.device_get((actor, obs_norm))
+        self.params[iteration] = host
+        art_root = self.root / f"it{iteration}"
+        export(*host, art_root / self.motion)
+        cmd = [sys.executable, "-m", "eval", "--motion", self.motion, "--artifacts", str(art_root), "--episodes",
+               str(self.episodes), "--seed", str(self.seed), "--no-video", "--out", str(self.root / "eval")]
+        log = open(art_root / "eval.log", "w")
+        every_cpu = lambda: os.sched_setaffinity(0, range(os.cpu_count() or 1))  # noqa: E731 (not the training's pin)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                preexec_fn=every_cpu, env=dict(os.environ, MPLBACKEND="Agg"))
+        self._running.append(({"iteration": iteration, "artifact": str(art_root / self.motion)}, proc, log))
+
+    def _reap(self, wait: bool) -> None:
+        for entry in list(self._running):
+            row, proc, log = entry
+            if proc.poll() is None and not wait:
+                continue
+            code = proc.wait()
+            log.close()
+            self._running.remove(entry)
+            self.rows.append(row | self._figures(Path(log.name), code))
+            r = self.rows[-1]
+            print(f"select: iteration {r['iteration']}: " + (
+                f"{r['falls']}/{r['episodes']} falls, {r['stood_at_end']} standing, tracking {r['tracking_error_cm']:.1f} cm"
+                if r.get("falls") is not None else f"evaluation failed ({r['error']})"), flush=True)
+
+    @staticmethod
+    def _figures(log: Path, code: int) -> dict:
+        lines = log.read_text().strip().splitlines()
+        if code != 0 or not lines or not lines[-1].endswith("eval.json"):
+            return {"falls": None, "error": f"python -m eval exited {code}; see {log}"}
+        ev = json.loads(Path(lines[-1]).read_text())
+        keep = ("episodes", "falls", "stood_at_end", "tracking_error_cm", "apex_foot_clearance_m", "flight_time_s",
+                "pelvis_apex_rise_m", "forward_displacement_m")
+        return {k: ev.get(k) for k in keep} | {"eval_json": lines[-1]}
+
+    def finish(self, iteration: int, actor, obs_norm, export) -> tuple[dict, tuple]:
+        """Evaluates the final policy (unless it already is a candidate), waits for every evaluation, writes
+        select/select.json and returns (best row, its (actor, obs_norm))."""
+        if iteration not in self.params:
+            self.candidate(iteration, actor, obs_norm, export)
+        self._reap(wait=True)
+        pick = best(self.rows)
+        out = {"rule": "fewest falls, then most standing at the end, then lowest tracking error; ties: later",
+               "eval_seed": self.seed, "episodes": self.episodes, "selected_iteration": pick["iteration"],
+               "candidates": sorted(self.rows, key=lambda r: r["iteration"])}
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "select.json").write_text(json.dumps(out, indent=1, default=_plain))
+        return pick, self.params[pick["iteration"]]
+
+
+def _plain(v):
+    return v.tolist() if isinstance(v, np.ndarray) else float(v)
