@@ -23,7 +23,7 @@ DEPLOY_VENV := .venv-deploy
 VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
 PYTHON ?= python3
 
-.PHONY: setup setup-deploy lint-imports test test-slow gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table landing-search forward-jump-search toe-jump-search contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
+.PHONY: setup setup-deploy lint-imports test test-slow gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table landing-search forward-jump-search forward-jump-far toe-jump-search contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
 
 setup: $(STAMP)
 
@@ -124,10 +124,17 @@ motion-table: setup lo-multicast
 landing-search: setup
 	$(PY) -m experiments.landing_search $(ARGS)
 
-# results/forward_jump_search.json (README "Motions": forward_jump's keyframes; polishes the committed ones);
+# results/forward_jump_search.json (README "Motions": session 11's forward jump search, from the draft);
 # results/forward_jump_search_tau.json: ARGS="--start toe --tau-max 0.75 --rounds 7 --out results/forward_jump_search_tau.json"
+# (motions/forward_jump_toes.yaml)
 forward-jump-search: setup
 	$(PY) -m experiments.forward_jump_search $(ARGS)
+
+# results/forward_jump_search_far.json (README "Motions": motions/forward_jump.yaml, issue 14 item 3's reference):
+# forward_jump_toes's keyframes with the flight's travel raised a centimetre a step, then polished (~8 min)
+forward-jump-far: setup
+	$(PY) -m experiments.forward_jump_search --start motions/forward_jump_toes.yaml --travel-steps 0.26 0.27 0.28 \
+		--tau-max 0.75 --travel-min 0.48 --rounds 5 --evals 3000 --out results/forward_jump_search_far.json $(ARGS)
 
 # results/toe_jump_search.json (README "Motions": jump's keyframes; ARGS="--write motions/jump.yaml" writes them)
 toe-jump-search: setup

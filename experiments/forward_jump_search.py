@@ -196,6 +196,11 @@ def main(argv=None) -> int:
     ap.add_argument("--travel-min", type=float, default=TRAVEL_MIN, help="m, the travel below which the cost rises")
     ap.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE",
                     help="start with these of the 30 numbers changed (a start across a wall the library refuses)")
+    ap.add_argument("--travel-steps", type=float, nargs="*", default=[], metavar="M",
+                    help="before the rounds, for each flight travel M (m, the `travel` number): set it and search "
+                         "the rest for --step-rounds rounds of --step-evals (a continuation across the ankle wall)")
+    ap.add_argument("--step-rounds", type=int, default=2)
+    ap.add_argument("--step-evals", type=int, default=800)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--write", type=Path, default=None, help="also write the best keyframes as a motion file here")
     args = ap.parse_args(argv)
@@ -204,10 +209,18 @@ def main(argv=None) -> int:
     else:
         x0 = params_of(yaml.safe_load(Path(args.start).read_text()))
     x0 = with_set(x0, args.set)
-    best = powell_rounds(lambda p: cost(figures(file_of(p)), args.tau_max, args.travel_min), x0, PARAMS, args.evals,
-                         args.rounds, "forward jump search")
+    objective = lambda p: cost(figures(file_of(p)), args.tau_max, args.travel_min)  # noqa: E731
+    x, steps, n_steps = x0, [], 0
+    for travel in args.travel_steps:
+        step = powell_rounds(objective, with_set(x, [f"travel={travel}"]), PARAMS, args.step_evals, args.step_rounds,
+                             f"travel {travel} m")
+        x, n_steps = params_of(file_of(step["p"])), n_steps + step["evaluations"]  # as a written file holds them
+        steps.append({"travel": travel, "cost": step["cost"], "evaluations": step["evaluations"],
+                      "figures": public(figures(file_of(x)))})
+    best = powell_rounds(objective, x, PARAMS, args.evals, args.rounds, "forward jump search")
     start = figures(file_of(x0))
-    out = {"motion": str(MOTION), "start": args.start, "set": args.set, "evaluations": best["evaluations"], "rounds": args.rounds,
+    out = {"motion": str(MOTION), "start": args.start, "set": args.set, "travel_steps": steps,
+           "evaluations": n_steps + best["evaluations"], "rounds": args.rounds,
            "tau_max": args.tau_max, "f_max_body_weights": F_MAX, "travel_min_m": args.travel_min,
            "clearance_m": CLEARANCE, "start_figures": public(start),
            "start_cost": cost(start, args.tau_max, args.travel_min),
