@@ -72,8 +72,10 @@ def run(cfg: TrainConfig, *, run_root: Path | None = None, resume: str | Path | 
         save_checkpoint(ck_latest, ts.actor, ts.obs_norm, it, m, extra=resumable(ts), meta=meta)
         run_io.plot_curves(run_dir / "metrics.csv", run_dir / "curves.png")
         wall_at[it] = m["wall_s"]
-        if selector is not None and it % select_every == 0:
-            selector.candidate(it, ts.actor, ts.obs_norm, export_at(it))
+        if selector is not None:
+            selector.poll()
+            if it % select_every == 0:
+                selector.candidate(it, ts.actor, ts.obs_norm, export_at(it))
 
     t0 = time.time()
     try:

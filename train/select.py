@@ -65,6 +65,10 @@ class Selector:
                                 preexec_fn=every_cpu, env=dict(os.environ, MPLBACKEND="Agg"))
         self._running.append(({"iteration": iteration, "artifact": str(art_root / self.motion)}, proc, log))
 
+    def poll(self) -> None:
+        """Record (and print) the evaluations that have finished; returns at once."""
+        self._reap(wait=False)
+
     def _reap(self, wait: bool) -> None:
         for entry in list(self._running):
             row, proc, log = entry
