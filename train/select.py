@@ -60,9 +60,14 @@ class Selector:
         cmd = [sys.executable, "-m", "eval", "--motion", self.motion, "--artifacts", str(art_root), "--episodes",
                str(self.episodes), "--seed", str(self.seed), "--no-video", "--out", str(self.root / "eval")]
         log = open(art_root / "eval.log", "w")
-        every_cpu = lambda: os.sched_setaffinity(0, range(os.cpu_count() or 1))  # noqa: E731 (not the training's pin)
+        # no preexec_fn: that forks the multithreaded JAX process (vfork/exec without it), so the training's CPU pin
+        # is lifted from the evaluation once it runs
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                preexec_fn=every_cpu, env=dict(os.environ, MPLBACKEND="Agg"))
+                                env=dict(os.environ, MPLBACKEND="Agg"))
+        try:
+            os.sched_setaffinity(proc.pid, range(os.cpu_count() or 1))
+        except OSError:  # already exited, or not allowed: it keeps the training's affinity
+            pass
         self._running.append(({"iteration": iteration, "artifact": str(art_root / self.motion)}, proc, log))
 
     def poll(self) -> None:
