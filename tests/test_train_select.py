@@ -13,3 +13,13 @@ def test_rank_is_falls_then_standing_then_tracking_then_the_later_iteration():
     assert [r["iteration"] for r in sorted(rows, key=rank)] == [500, 400, 300, 200, 100, 600]
     assert best(rows)["iteration"] == 500
     assert best(rows[:1] + rows[-1:])["iteration"] == 100  # a failed evaluation never wins over a measured one
+
+
+def test_select_every_must_be_a_multiple_of_the_checkpoint_interval(capsys):
+    import pytest
+
+    from train.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--motion", "hop", "--select-every", "30"])
+    assert e.value.code == 2 and "use a multiple of 25" in capsys.readouterr().err
