@@ -1,4 +1,6 @@
 """Actor network + exporter: JAX vs onnxruntime parity, artifact round trip, checkpoints."""
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -166,5 +168,12 @@ def test_export_run_cli(small, tmp_path, capsys):
     prov = art.spec.provenance  # what the training's own export records (train.export.training_provenance)
     assert prov["algorithm"] == "shac+bcg" and prov["seed"] == 5 and prov["preset"] == "custom"
     assert prov["iterations"] == 12 and prov["wall_time_s"] == 123.4 and prov["checkpoint"] == "latest.npz"
+    assert prov["run"] == str(run)  # outside the repository: kept as given
     assert E.main(["--run", str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_provenance_paths_inside_the_repository_are_relative(tmp_path):
+    repo = Path(E.__file__).resolve().parents[1]
+    assert E.repo_relative(repo / "runs" / "jump" / "20260101-000000-bcg") == "runs/jump/20260101-000000-bcg"
+    assert E.repo_relative(tmp_path / "runs" / "x") == str(tmp_path / "runs" / "x")

@@ -220,13 +220,23 @@ def contact_provenance(cfg) -> dict:
     return {"contact": "mjx", "stiffness": cfg.stiffness, "substeps": int(env.substeps)}
 
 
+def repo_relative(path) -> str:
+    """`path` relative to the repository when it lies inside it (an artifact's provenance names runs/..., not the
+    machine it was trained on), else as given."""
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(Path(__file__).resolve().parents[1]))
+    except ValueError:
+        return str(path)
+
+
 def training_provenance(cfg, iterations: int, run, wall_time_s: float | None = None, **extra) -> dict:
     """What an artifact records of its training, the same whether the training exported it or a checkpoint was
     re-exported (`make export RUN=...`, e.g. of a run stopped early): algorithm, seed, iterations, preset, contact
     and knob, calibration, run folder, training wall time (s, when known)."""
     wall = {} if wall_time_s is None else {"wall_time_s": round(float(wall_time_s), 1)}
     return {"algorithm": "shac+bcg" if cfg.bcg.enabled else "shac", "seed": cfg.seed, "iterations": int(iterations),
-            "preset": cfg.preset, **contact_provenance(cfg), **calibrated.provenance(cfg), "run": str(run), **wall,
+            "preset": cfg.preset, **contact_provenance(cfg), **calibrated.provenance(cfg), "run": repo_relative(run), **wall,
             **extra}
 
 

@@ -21,7 +21,7 @@ from train import run_io
 from train.checkpoint import load_checkpoint, save_checkpoint
 from train.config import TrainConfig, save_config
 from train.env import G1Env
-from train.export import export_policy, training_provenance
+from train.export import export_policy, repo_relative, training_provenance
 from train.select import Selector
 from train.trainer import make_trainer, resumable, train
 
@@ -95,7 +95,7 @@ def run(cfg: TrainConfig, *, run_root: Path | None = None, resume: str | Path | 
         pick, (actor, obs_norm) = selector.finish(done, params.actor, params.obs_norm, export_at(done))
         print(f"selected iteration {pick['iteration']} of {sorted(r['iteration'] for r in selector.rows)} "
               f"(eval seed {selector.seed}: {pick.get('falls')}/{pick.get('episodes')} falls); {selector.root / 'select.json'}")
-        res = export_at(pick["iteration"], selected=f"{selector.root / 'select.json'} (eval seed {selector.seed})")(
+        res = export_at(pick["iteration"], selected=f"{repo_relative(selector.root / 'select.json')} (eval seed {selector.seed})")(
             actor, obs_norm, export_dir)
     print(f"done in {time.time() - t0:.0f} s; metrics: {run_dir / 'metrics.csv'}; curves: {run_dir / 'curves.png'}")
     print(f"exported {res.path} (parity {res.parity_max_abs:.1e}, {res.method})")

@@ -21,6 +21,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from train.export import repo_relative
+
 SEED = 1000  # the selection's eval seed: `make eval` reports on seed 0
 
 
@@ -68,7 +70,7 @@ class Selector:
             os.sched_setaffinity(proc.pid, range(os.cpu_count() or 1))
         except OSError:  # already exited, or not allowed: it keeps the training's affinity
             pass
-        self._running.append(({"iteration": iteration, "artifact": str(art_root / self.motion)}, proc, log))
+        self._running.append(({"iteration": iteration, "artifact": repo_relative(art_root / self.motion)}, proc, log))
 
     def poll(self) -> None:
         """Record (and print) the evaluations that have finished; returns at once."""
@@ -96,7 +98,7 @@ class Selector:
         ev = json.loads(Path(lines[-1]).read_text())
         keep = ("episodes", "falls", "stood_at_end", "tracking_error_cm", "apex_foot_clearance_m", "flight_time_s",
                 "pelvis_apex_rise_m", "forward_displacement_m")
-        return {k: ev.get(k) for k in keep} | {"eval_json": lines[-1]}
+        return {k: ev.get(k) for k in keep} | {"eval_json": repo_relative(lines[-1])}
 
     def finish(self, iteration: int, actor, obs_norm, export) -> tuple[dict, tuple]:
         """Evaluates the final policy (unless it already is a candidate), waits for every evaluation, writes
