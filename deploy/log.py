@@ -95,7 +95,7 @@ def policy_fields(n_obs: int) -> dict:
     """The policy-tick columns (one row per policy step, prefix `pol_` in log.npz)."""
     n = g1.NUM_MOTORS
     return dict(t=(), step=(), phase=(), obs=(n_obs,), action=(n,), target=(n,), cmd_q=(n,), est_ms=(),
-                policy_ms=(), safety_ms=(), compute_ms=())
+                policy_ms=(), safety_ms=(), compute_ms=(), compute_cpu_ms=())
 
 
 def row_dtype(fields: dict) -> np.dtype:

@@ -190,8 +190,9 @@ class ControlLoop:
         self._last_seq = -1
         self._est_seq = -1
         self._pending = None
-        self._pending_times = (0.0, 0.0)
+        self._pending_times = (0.0, 0.0, 0.0)
         self._est_ms_last = 0.0
+        self._est_cpu_ms_last = 0.0
         self._est = None
         self._damping_since = None
 
@@ -265,9 +266,10 @@ class ControlLoop:
         if (self.sm.state == State.POLICY or (self.sm.state == State.HOLD and self.motions_done > 0)) \
                 and all_finite(st.q, st.dq, st.quat, st.gyro, st.acc):
             self._est_seq = s.seq
-            t0 = time.monotonic()
+            t0, c0 = time.monotonic(), time.thread_time()
             self._est = self.estimator.update(st.tick * 1e-3, st.q, st.dq, st.quat, st.gyro, st.acc, st.tau_est)
             self._est_ms_last = (time.monotonic() - t0) * 1e3
+            self._est_cpu_ms_last = (time.thread_time() - c0) * 1e3
 
     def _policy_step_due(self, k: int) -> int | None:
         """The policy step that command tick k starts, if it must be computed (POLICY, not done)."""
@@ -294,18 +296,18 @@ class ControlLoop:
         self._run_policy(step, st, est, wake)
 
     def _run_policy(self, step: int, st, est, wake: float):
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), time.thread_time()
         cmd = velocity.policy_command(self.cfg.velocity, self.runtime.spec, wake - self.t0, st.remote) \
             if self.runtime.kind == "velocity" else None
         out = self.runtime.step(step, st.q, st.dq, est.gyro, st.quat, est.base_lin_vel, est.base_height, command=cmd)
         if cmd is not None:
             self.cmd_log.append(t=wake - self.t0, cmd=self.runtime.command)
-        t1 = time.monotonic()
+        t1, c1 = time.monotonic(), time.thread_time()
         self._last_step = step
         self._policy_target = out.target
         self._pending = out
         # estimator: the cost of its latest update (it runs on every LowState, after the command is sent)
-        self._pending_times = (self._est_ms_last, (t1 - t0) * 1e3)
+        self._pending_times = (self._est_ms_last, (t1 - t0) * 1e3, self._est_cpu_ms_last + (c1 - c0) * 1e3)
         if est.flags.imu_rejected and est.flags.imu_bad_s > 0.05:
             self.monitor.trip("imu_fault", f"IMU samples rejected for {est.flags.imu_bad_s * 1e3:.0f} ms "
                                            f"({_flag_text(est.flags)})", wake)
@@ -341,7 +343,7 @@ class ControlLoop:
 
         # what the current state wants
         proposed = None
-        policy_out, est_ms, pol_ms = None, 0.0, 0.0
+        policy_out, est_ms, pol_ms, cpu_ms = None, 0.0, 0.0, 0.0
         if sm.state == State.STAND_UP:
             a = min(1.0, sm.time_in_state(t) / cfg.stand_up_s)
             proposed = self._state_q0 + a * (self.runtime.default_q - self._state_q0)
@@ -363,7 +365,7 @@ class ControlLoop:
             elif step != self._last_step:  # not prepared ahead (first step after A): compute it now
                 self._run_policy(step, st, est, wake)
             if self._pending is not None and self._pending.step == step:
-                policy_out, (est_ms, pol_ms) = self._pending, self._pending_times
+                policy_out, (est_ms, pol_ms, cpu_ms) = self._pending, self._pending_times
                 self._pending = None
             proposed = self._policy_target
         if sm.state == State.HOLD:
@@ -371,10 +373,10 @@ class ControlLoop:
             self._maybe_release_band(t)
 
         # the safety gate
-        t_saf0 = time.monotonic()
+        t_saf0, c_saf0 = time.monotonic(), time.thread_time()
         cmd = mon.step(wake, st.q, st.dq, st.quat, proposed, rx_time=s.rx_time, tick=st.tick, lateness=lateness,
                        gains=self._policy_gains if sm.state == State.POLICY else None)
-        t_saf1 = time.monotonic()
+        t_saf1, c_saf1 = time.monotonic(), time.thread_time()
         if mon.latched and sm.state != State.DAMPING:
             self._enter_damping(t, mon.latch.trip.kind)
         sent = self.link.send(self.offsets.command(cmd), self.mode_machine, at=send_at)  # encoder frame
@@ -401,7 +403,7 @@ class ControlLoop:
             self.pol.append(
                 t=t, step=policy_out.step, phase=policy_out.phase, obs=policy_out.obs, action=policy_out.action,
                 target=policy_out.target, cmd_q=cmd.q, est_ms=est_ms, policy_ms=pol_ms, safety_ms=saf_ms,
-                compute_ms=est_ms + pol_ms + saf_ms,
+                compute_ms=est_ms + pol_ms + saf_ms, compute_cpu_ms=cpu_ms + (c_saf1 - c_saf0) * 1e3,
             )
 
     # ------------------------------------------------------------------ transitions

@@ -60,6 +60,10 @@ def test_dry_run_end_to_end(dds_domain, tmp_path):
     log = read_log(run_dir)  # the streamed MCAP log, complete (footer written)
     assert not log["truncated"] and s["log_dropped_chunks"] == 0
     assert log["q"].shape == (s["ticks"], 29) and log["pol_obs"].shape == (200, 189)
+    # a thread's CPU time over an interval is at most its wall time (5 us: the clocks are read one after the other)
+    cpu, wall = log["pol_compute_cpu_ms"], log["pol_compute_ms"]
+    assert np.all(cpu > 0) and np.all(cpu <= wall + 5e-3), float(np.max(cpu - wall))
+    assert s["compute_cpu_ms_p99"] == pytest.approx(np.percentile(cpu, 99))
     # what reached the wire: valid CRC, the robot's mode_machine, mode_pr 0, 29 motors enabled
     assert len(cmds) > 0.8 * s["ticks"]
     for _, rec in cmds[:: max(1, len(cmds) // 200)]:
@@ -68,7 +72,8 @@ def test_dry_run_end_to_end(dds_domain, tmp_path):
         assert np.all(rec["motor_cmd"]["mode"][:29] == 1) and np.all(rec["motor_cmd"]["mode"][29:] == 0)
     kinds = [k for _, k in changes]
     assert kinds == ["zero_torque", "position", "damping"], kinds  # PASSIVE, STAND_UP..HOLD, hand-over at exit
-    print(f"dry run: compute p50/p99 {s['compute_ms_p50']:.2f}/{s['compute_ms_p99']:.2f} ms, stream period error "
+    print(f"dry run: compute p50/p99 {s['compute_ms_p50']:.2f}/{s['compute_ms_p99']:.2f} ms (CPU time p99 "
+          f"{s['compute_cpu_ms_p99']:.2f}), stream period error "
           f"p50/p99 {s['stream_period_error_p50']:.3f}/{s['stream_period_error_p99']:.3f}, deadline misses "
           f"{s['deadline_misses']}, estimator RMSE {s['estimator_base_vel_rmse_mps']:.4f} m/s "
           f"{s['estimator_base_height_rmse_m']:.4f} m")
