@@ -11,8 +11,10 @@ reads the per-minute timing from the streamed log afterwards. Writes runs/soak/<
   rss_mb [[t, MB], ...] while the loop runs, rss_growth_after_warmup_mb (max RSS after warm-up - RSS at
   warm-up), rss_after_loop_mb (the summary reading the log back, after the loop),
   per_minute [{minute, ticks, deadline_misses (woke > 1 period late), stream_period_error_p99, work_ms_p50,
-  ...}],
-  log_bytes, log_mb_per_min, log_dropped_chunks, motions, pushes, final_state, safety_events, deploy summary
+  max_lowstate_gap_ms, ...}], stalls (loop wake-ups and LowState gaps over 40 ms, and how many coincide:
+  both processes stalled at once is the host),
+  log_bytes, log_mb_per_min, log_dropped_chunks, motions (run by the loop), a_presses, damping_at_s (loop time of
+  the first DAMPING, or null), pushes, final_state, safety_events, deploy summary
 
 Ctrl-C (SIGINT) ends a soak early: the loop damps and writes its summary, and soak.json reports what ran
 (`interrupted: true`, `minutes` = the time it ran, `minutes_requested`); exit code 130.
@@ -55,15 +57,43 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
+def lowstate_arrivals(t: np.ndarray, state_tick: np.ndarray) -> np.ndarray:
+    """Loop times of the ticks at which a new LowState (a new robot tick counter) was first seen."""
+    return t[np.flatnonzero(np.diff(state_tick) != 0) + 1] if len(t) > 1 else t[:0]
+
+
+def stalls(t: np.ndarray, lateness: np.ndarray, state_tick: np.ndarray, over_s: float = 0.04,
+           window_s: float = 0.2) -> dict:
+    """Whose stall was it? Loop wake-ups more than `over_s` late and gaps between LowState arrivals longer than
+    `over_s`, and how many of each have one of the other within `window_s`. The loop and the bridge (or the
+    robot) are separate processes; both stalling at once is the host's doing (here: this VM), one alone is that
+    process's (or its link's)."""
+    arr = lowstate_arrivals(t, state_tick)
+    gaps = np.diff(arr)
+    gap_end = arr[1:][gaps > over_s]
+    gap_start = gap_end - gaps[gaps > over_s]
+    late = t[lateness > over_s]
+    near_gap = [bool(np.any((gap_end > x - window_s) & (gap_start < x + window_s))) for x in late]
+    near_late = [bool(np.any((late > a - window_s) & (late < b + window_s))) for a, b in zip(gap_start, gap_end)]
+    return {"over_ms": over_s * 1e3, "window_ms": window_s * 1e3,
+            "loop_late": int(len(late)), "loop_late_with_lowstate_gap": int(sum(near_gap)),
+            "lowstate_gaps": int(len(gap_end)), "lowstate_gaps_with_loop_late": int(sum(near_late)),
+            "max_lowstate_gap_ms": float(gaps.max() * 1e3) if gaps.size else None,
+            "lowstate_gaps_over_100ms": int(np.sum(gaps > 0.1))}
+
+
 def per_minute(t: np.ndarray, sent: np.ndarray, lateness: np.ndarray, work_ms: np.ndarray | None = None,
-               period: float = g1.COMMAND_DT) -> list[dict]:
+               period: float = g1.COMMAND_DT, state_tick: np.ndarray | None = None) -> list[dict]:
     """Per minute of run time: ticks, deadline misses (woke more than one period late, as safety's
     DeadlineWatchdog counts), |send interval - period| / period p50 / p99, worst lateness, and the loop's
-    own work per tick (wake to command sent, ms) p50 / p99. Misses count what the host did to the process
-    (a shared machine's stalls); the work median is what a slowdown of the software itself would grow."""
+    own work per tick (wake to command sent, ms) p50 / p99, and with `state_tick` (LowState's tick counter per
+    loop tick) the longest gap between LowState arrivals (ms; the stale-state watchdog trips at 100). Misses
+    count what the host did to the process (a shared machine's stalls); the work median is what a slowdown of
+    the software itself would grow."""
     out = []
     if len(t) == 0:
         return out
+    arr = lowstate_arrivals(t, state_tick) if state_tick is not None else None
     err = np.abs(np.diff(sent) - period) / period
     minute = (t // 60).astype(int)
     for m in range(int(minute.max()) + 1):
@@ -80,6 +110,9 @@ def per_minute(t: np.ndarray, sent: np.ndarray, lateness: np.ndarray, work_ms: n
             w = work_ms[sel][np.isfinite(work_ms[sel])]
             out[-1]["work_ms_p50"] = float(np.percentile(w, 50)) if w.size else None
             out[-1]["work_ms_p99"] = float(np.percentile(w, 99)) if w.size else None
+        if arr is not None:  # a gap belongs to the minute it ends in
+            gaps = np.diff(arr)[(arr[1:] // 60).astype(int) == m]
+            out[-1]["max_lowstate_gap_ms"] = float(gaps.max() * 1e3) if gaps.size else None
     return out
 
 
@@ -182,14 +215,16 @@ def run(minutes: float, motion: str = "stand", push_every_s: float = 15.0, push_
     if not summary_line:
         raise RuntimeError(f"soak: the deploy run did not finish (exit {proc.returncode}):\n{out}\n{err[-3000:]}")
     s = json.loads(Path(summary_line[0][len("summary: "):]).read_text())
-    log = read_log(s["run_dir"], {"tick": ["t", "sent", "lateness", "work_ms"]})
-    pm = per_minute(log["t"], log["sent"], log["lateness"], log["work_ms"])
+    log = read_log(s["run_dir"], {"tick": ["t", "sent", "lateness", "work_ms", "tick"]})
+    pm = per_minute(log["t"], log["sent"], log["lateness"], log["work_ms"], state_tick=log["tick"])
     soak_min = minutes if interrupted is None else interrupted / 60
     soak = {
         "minutes": round(soak_min, 2), "minutes_requested": minutes,
         "interrupted": interrupted is not None, "motion": motion, "domain": domain, "exit_code": proc.returncode,
         "final_state": s["final_state"], "safety_events": s["safety_events"], "states_visited": s["states_visited"],
-        "motions": op.motions if op else 0, "pushes": op.pushes if op else 0, "operator_error": op.error if op else None,
+        # motions the loop ran (HOLD -> POLICY), not the A presses: after a trip the presses go on, the loop damps
+        "motions": motions_run(s), "a_presses": op.motions if op else 0, "damping_at_s": damping_at(s),
+        "pushes": op.pushes if op else 0, "operator_error": op.error if op else None,
         "push_n": push_n, "push_every_s": push_every_s,
         "ticks": s["ticks"], "deadline_misses": s["deadline_misses"],
         "stream_period_error_p50": s["stream_period_error_p50"], "stream_period_error_p99": s["stream_period_error_p99"],
@@ -201,13 +236,23 @@ def run(minutes: float, motion: str = "stand", push_every_s: float = 15.0, push_
         "rss_after_loop_mb": max(mb for _, mb in post) if post else None,
         "log_bytes": s.get("log_bytes"), "log_mb_per_min": (s.get("log_bytes") or 0) / 1e6 / max(soak_min, 1e-9),
         "log_chunks": s.get("log_chunks"), "log_dropped_chunks": s.get("log_dropped_chunks"),
-        "per_minute": pm, "rss_mb": samples, "log_size_bytes": log_sizes[:: max(1, len(log_sizes) // 400)],
+        "stalls": stalls(log["t"], log["lateness"], log["tick"]), "per_minute": pm, "rss_mb": samples, "log_size_bytes": log_sizes[:: max(1, len(log_sizes) // 400)],
         "deploy_summary": str(Path(s["run_dir"]) / "summary.json"),
     }
     path = out_dir / "soak.json"
     path.write_text(json.dumps(soak, indent=1) + "\n")
     soak["path"] = str(path)
     return soak
+
+
+def motions_run(summary: dict) -> int:
+    """How many motions the loop started (HOLD -> POLICY transitions in its summary)."""
+    return sum(1 for tr in summary.get("transitions", []) if tr["from"] == "HOLD" and tr["to"] == "POLICY")
+
+
+def damping_at(summary: dict) -> float | None:
+    """Loop time (s) of the first transition to DAMPING, None when it never damped."""
+    return next((tr["time"] for tr in summary.get("transitions", []) if tr["to"] == "DAMPING"), None)
 
 
 def _sample(proc, op, t0, run_s, sample_s, out_dir, samples, post, log_sizes, next_echo, echo) -> None:
@@ -222,7 +267,7 @@ def _sample(proc, op, t0, run_s, sample_s, out_dir, samples, post, log_sizes, ne
             log_sizes.append((round(t, 2), logs[0].stat().st_size))
         if time.monotonic() >= next_echo:
             echo(f"[soak] {t / 60:5.1f} min: RSS {mb:.1f} MB, log {log_sizes[-1][1] / 1e6:.1f} MB, "
-                 f"motions {op.motions}, pushes {op.pushes}")
+                 f"A presses {op.motions}, pushes {op.pushes}")
             next_echo += 60
         time.sleep(sample_s)
 
@@ -251,8 +296,18 @@ def main(argv=None) -> int:
     for m in (m for m in s["per_minute"] if m["complete"]):
         print(f"  minute {m['minute']:3d}: ticks {m['ticks']:6d}  misses {m['deadline_misses']:3d}  "
               f"period error p99 {m['stream_period_error_p99']:.3f}  max lateness {m['max_lateness_ms']:.2f} ms  "
-              f"work p50/p99 {m['work_ms_p50']:.3f}/{m['work_ms_p99']:.3f} ms")
-    print(f"[soak] {s['minutes']:g} min, {s['motions']} motions, {s['pushes']} pushes: final {s['final_state']}, "
+              f"work p50/p99 {m['work_ms_p50']:.3f}/{m['work_ms_p99']:.3f} ms  "
+              f"LowState gap max {m.get('max_lowstate_gap_ms') or 0:.1f} ms")
+    st = s["stalls"]
+    print(f"[soak] stalls over {st['over_ms']:g} ms: loop {st['loop_late']} ({st['loop_late_with_lowstate_gap']} with a "
+          f"LowState gap within {st['window_ms']:g} ms: the host, not the loop), LowState gaps {st['lowstate_gaps']} "
+          f"({st['lowstate_gaps_with_loop_late']} with the loop late too; longest {st['max_lowstate_gap_ms'] or 0:.1f} "
+          f"ms, {st['lowstate_gaps_over_100ms']} over the 100 ms stale limit)")
+    if s["damping_at_s"] is not None:
+        ev = s["safety_events"][0] if s["safety_events"] else {}
+        print(f"[soak] the loop went to DAMPING at {s['damping_at_s']:.1f} s ({ev.get('kind', 'no safety event')}: "
+              f"{ev.get('detail', '')}); the {s['a_presses']} A presses after it ran no motion")
+    print(f"[soak] {s['minutes']:g} min, {s['motions']} motions run, {s['pushes']} pushes: final {s['final_state']}, "
           f"safety events {len(s['safety_events'])}; RSS {_mb(s['rss_start_mb'])} -> {_mb(s['rss_end_mb'])} MB "
           f"(growth after {s['warmup_s']:g} s warm-up {_mb(s['rss_growth_after_warmup_mb'], 2)} MB); log "
           f"{s['log_bytes'] / 1e6:.1f} MB ({s['log_mb_per_min']:.2f} MB/min, {s['log_dropped_chunks']} chunks dropped)")

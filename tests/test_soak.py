@@ -36,12 +36,43 @@ def test_per_minute_hand_values():
     assert soak.rss_growth([(0, 100.0), (30, 120.0), (60, 125.0), (90, 121.0)], 30) == 5.0
 
 
+def test_stalls_hand_values():
+    import numpy as np
+
+    # 2 ms loop ticks over 2 s; LowState arrives every tick except a 60 ms gap ending at 0.300 s (which the loop, late
+    # by 50 ms at 0.300 s, shares: the host) and a 120 ms gap ending at 0.800 s that the loop does not share
+    t = np.round(np.arange(0, 2.0, 0.002), 6)
+    state = np.arange(t.size)
+    state[(t > 0.240) & (t < 0.300)] = state[t == 0.240][0]
+    state[(t > 0.680) & (t < 0.800)] = state[t == 0.680][0]
+    late = np.zeros(t.size)
+    late[t == 0.300] = 0.050
+    late[t == 1.500] = 0.045  # alone: no gap within 0.2 s
+    st = soak.stalls(t, late, state)
+    assert st["loop_late"] == 2 and st["loop_late_with_lowstate_gap"] == 1
+    assert st["lowstate_gaps"] == 2 and st["lowstate_gaps_with_loop_late"] == 1, st
+    assert abs(st["max_lowstate_gap_ms"] - 120.0) < 1e-6 and st["lowstate_gaps_over_100ms"] == 1
+    pm = soak.per_minute(t, t, late, state_tick=state)
+    assert abs(pm[0]["max_lowstate_gap_ms"] - 120.0) < 1e-6
+
+
+def test_motions_are_counted_from_the_loops_transitions():
+    # the first hour on a quiet machine (session 16): a stale_state trip at 56 s, then 59 min of damping and presses
+    tr = [dict(time=0.0004, **{"from": "PASSIVE", "to": "STAND_UP"}), dict(time=2.5, **{"from": "STAND_UP", "to": "HOLD"}),
+          dict(time=4.49, **{"from": "HOLD", "to": "POLICY"}), dict(time=8.49, **{"from": "POLICY", "to": "HOLD"}),
+          dict(time=10.5, **{"from": "HOLD", "to": "POLICY"}), dict(time=55.96, **{"from": "POLICY", "to": "DAMPING"})]
+    assert soak.motions_run({"transitions": tr}) == 2 and soak.damping_at({"transitions": tr}) == 55.96
+    assert soak.motions_run({"transitions": tr[:4]}) == 1 and soak.damping_at({"transitions": tr[:4]}) is None
+    assert soak.motions_run({}) == 0
+
+
 def test_two_minute_soak(tmp_path, dds_domain):
     # the soak's SimClient lives in this process: it must use the process's one DDS domain (conftest)
     s = soak.run(2.0, domain=dds_domain, out_root=tmp_path, echo=print)
     assert json.loads(open(s["path"]).read())["per_minute"] == s["per_minute"]
     assert s["operator_error"] is None and s["exit_code"] == 0, s
     assert s["final_state"] != "DAMPING" and s["safety_events"] == [], s["safety_events"]
+    assert s["damping_at_s"] is None and s["a_presses"] - 1 <= s["motions"] <= s["a_presses"], s
     assert s["motions"] >= 15 and s["pushes"] >= 7  # 6 s per cycle (4 s stand + 2 s HOLD), a push every 15 s
     assert s["log_dropped_chunks"] == 0 and s["log_bytes"] > 0
     full = [m for m in s["per_minute"] if m["complete"]]
