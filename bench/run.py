@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 
 MODULES: tuple[str, ...] = (
+    "bench.host_stalls",
     "bench.estimator",
     "bench.deploy",
     "bench.bridge",
