@@ -1,6 +1,6 @@
 """Does the host freeze? One probe process per core, pinned, at SCHED_FIFO 1 (below the deploy loop's 10 and the
 bridge's 5, above everything at normal priority), each sleeping 1 ms again and again and recording every wake-up
-more than 10 ms after its sleep began. A stall seen on every core at the same time is the machine's (a VM whose
+more than 10 ms after its sleep should have ended (a stall's length is that lateness). A stall seen on every core at the same time is the machine's (a VM whose
 vCPUs the hypervisor does not run), not any process's: that separates the loop's deadline misses and stale-state
 trips on this VM from faults of the software (README, Robot computer: the quiet hour).
 
@@ -37,7 +37,7 @@ def probe(core: int, seconds: float) -> dict:
     while t < end:
         time.sleep(SLEEP_S)
         t1 = mono()
-        if t1 - t > RECORD_OVER_S:
+        if t1 - t - SLEEP_S > RECORD_OVER_S:  # woke more than 10 ms after the sleep should have ended
             stalls.append([t, t1 - t - SLEEP_S])
         t, n = t1, n + 1
     return {"core": core, "scheduling": sched, "wakeups": n, "stalls": stalls}
