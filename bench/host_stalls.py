@@ -1,8 +1,9 @@
 """Does the host freeze? One probe process per core, pinned, at SCHED_FIFO 1 (below the deploy loop's 10 and the
 bridge's 5, above everything at normal priority), each sleeping 1 ms again and again and recording every wake-up
-more than 10 ms after its sleep should have ended (a stall's length is that lateness). A stall seen on every core at the same time is the machine's (a VM whose
-vCPUs the hypervisor does not run), not any process's: that separates the loop's deadline misses and stale-state
-trips on this VM from faults of the software (README, Robot computer: the quiet hour).
+more than 10 ms after its sleep should have ended (a stall's length is that lateness). A stall seen on every core
+at the same time is the machine's (a VM whose vCPUs the hypervisor does not run), not any process's: that
+separates the loop's deadline misses and stale-state trips on this VM from faults of the software (README, Robot
+computer: the quiet hour).
 
     python -m bench.host_stalls --seconds 600 [--out results/host_stalls.json]    (make bench runs 20 s)
 """
@@ -24,12 +25,10 @@ PRIORITY = 1
 def probe(core: int, seconds: float) -> dict:
     """In this process: pin to `core`, SCHED_FIFO 1 when allowed, sleep 1 ms in a loop for `seconds`; the stalls
     as [start, length] in CLOCK_MONOTONIC seconds."""
+    from deploy.realtime import boost_process
+
     os.sched_setaffinity(0, {core})
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(PRIORITY))
-        sched = f"SCHED_FIFO {PRIORITY}"
-    except PermissionError:
-        sched = "normal (no permission for SCHED_FIFO)"
+    sched = boost_process(os.getpid(), PRIORITY)  # this process has one thread
     stalls, n = [], 0
     mono = time.monotonic
     end = mono() + seconds
@@ -55,13 +54,13 @@ def measure(seconds: float, cores: list[int] | None = None) -> dict:
                               cwd=str(Path(__file__).resolve().parents[1])) for c in cores]
     per = [json.loads(p.communicate(timeout=seconds + 60)[0]) for p in procs]
     out = {"seconds": seconds, "cores": cores, "scheduling": per[0]["scheduling"],
-           "record_over_ms": RECORD_OVER_S * 1e3, "per_core": []}
+           "record_over_ms": RECORD_OVER_S * 1e3, "by_length": [], "per_core": []}
     for over_ms in (10, 40, 100):
         big = [[s for s in p["stalls"] if s[1] * 1e3 > over_ms] for p in per]
         row = {"over_ms": over_ms, "stalls_per_core": [len(b) for b in big]}
         if len(per) > 1:  # the first core's stalls that every other core shared
             row["on_every_core"] = sum(all(coincident([s], b) for b in big[1:]) for s in big[0])
-        out.setdefault("by_length", []).append(row)
+        out["by_length"].append(row)
     for p in per:
         lengths = [s[1] for s in p["stalls"]]
         out["per_core"].append({"core": p["core"], "wakeups": p["wakeups"], "stalls_over_10ms": len(lengths),

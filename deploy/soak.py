@@ -236,7 +236,8 @@ def run(minutes: float, motion: str = "stand", push_every_s: float = 15.0, push_
         "rss_after_loop_mb": max(mb for _, mb in post) if post else None,
         "log_bytes": s.get("log_bytes"), "log_mb_per_min": (s.get("log_bytes") or 0) / 1e6 / max(soak_min, 1e-9),
         "log_chunks": s.get("log_chunks"), "log_dropped_chunks": s.get("log_dropped_chunks"),
-        "stalls": stalls(log["t"], log["lateness"], log["tick"]), "per_minute": pm, "rss_mb": samples, "log_size_bytes": log_sizes[:: max(1, len(log_sizes) // 400)],
+        "stalls": stalls(log["t"], log["lateness"], log["tick"]), "per_minute": pm, "rss_mb": samples,
+        "log_size_bytes": log_sizes[:: max(1, len(log_sizes) // 400)],
         "deploy_summary": str(Path(s["run_dir"]) / "summary.json"),
     }
     path = out_dir / "soak.json"
