@@ -54,15 +54,26 @@ class BCGConfig:
     # K bundle slots; None: round(N / B) (at least 1), so the K*B branches cost about as much
     # as the N nominal envs (~2x the plain env-steps); an int is clipped to the batch N.
     max_bundled_envs: int | None = None
+    # per-joint bounds of the offsets (rad, rad/s); None: unbounded. The seed clamps to 0.1 rad, 0.5 rad/s
+    clamp_q: float | None = None
+    clamp_v: float | None = None
 
     def replace(self, **kw) -> "BCGConfig":
         return dataclasses.replace(self, **kw)
+
+    @classmethod
+    def seed_settings(cls, num_envs: int, physics_dt: float) -> "BCGConfig":
+        """The bundle of the seed's authors' simulator: 8 branches, one control step, sigma 1 cm and 1 cm/s,
+        offsets clamped to 0.1 rad / 0.5 rad/s, triggered by any contact impulse above 1e-6 N s (tau as a
+        force: 1e-6 / physics_dt), every environment in contact bundled (no slot budget)."""
+        return cls(branches=8, horizon=1, sigma_p=0.01, sigma_v=0.01, tau=1e-6 / physics_dt, damping=1e-4,
+                   max_bundled_envs=num_envs, clamp_q=0.1, clamp_v=0.5)
 
 
 jax.tree_util.register_dataclass(
     BCGConfig,
     data_fields=["sigma_p", "sigma_v", "tau", "damping"],
-    meta_fields=["enabled", "branches", "horizon", "max_bundled_envs"],
+    meta_fields=["enabled", "branches", "horizon", "max_bundled_envs", "clamp_q", "clamp_v"],
 )
 
 
@@ -95,8 +106,13 @@ def perturb_branches(env: G1Env, state: EnvState, key: jax.Array, feet: jax.Arra
         dp = cfg.sigma_p * jax.random.normal(kp, (B, 3), qpos.dtype)
         dv = cfg.sigma_v * jax.random.normal(kv, (B, 3), qpos.dtype)
         on = feet[f].astype(qpos.dtype)
-        dq_all = dq_all.at[:, env.leg_qadr[f]].add(on * dp @ Jp.T)
-        dv_all = dv_all.at[:, env.leg_dadr[f]].add(on * dv @ Jp.T)
+        dq, dqd = dp @ Jp.T, dv @ Jp.T
+        if cfg.clamp_q is not None:
+            dq = jnp.clip(dq, -cfg.clamp_q, cfg.clamp_q)
+        if cfg.clamp_v is not None:
+            dqd = jnp.clip(dqd, -cfg.clamp_v, cfg.clamp_v)
+        dq_all = dq_all.at[:, env.leg_qadr[f]].add(on * dq)
+        dv_all = dv_all.at[:, env.leg_dadr[f]].add(on * dqd)
     dq_all, dv_all = jax.lax.stop_gradient((dq_all, dv_all))
     tiled = jax.tree.map(lambda x: jnp.broadcast_to(x, (B,) + jnp.shape(x)), state)
     return tiled.replace(data=tiled.data.replace(qpos=qpos + dq_all, qvel=qvel + dv_all))

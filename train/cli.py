@@ -56,11 +56,14 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--iterations", type=int, default=None, help="override the preset's iteration count")
     ap.add_argument("--stiffness", default="stiff", help="contact stiffness: soft|medium|stiff or a solref timeconst (s)")
-    ap.add_argument("--contact", default=None, choices=["mjx", "sigmoid"],
-                    help="foot-floor contact model: mjx (MJX constraint contact, knob --stiffness) or sigmoid "
-                         "(the seed's sigmoid-activated compliant contact, knob --kappa; sets env.substeps=6, "
-                         "the 300 Hz substep it needs, unless --set env.substeps is given)")
-    ap.add_argument("--kappa", type=float, default=None, help="sigmoid contact sharpness k (1/m), e.g. 50, 100, 300")
+    ap.add_argument("--contact", default=None, choices=["mjx", "sigmoid", "impulse"],
+                    help="foot-floor contact model: mjx (MJX constraint contact, knob --stiffness), sigmoid "
+                         "(a sigmoid-activated compliant penalty contact, knob --kappa; sets env.substeps=6, "
+                         "the 300 Hz substep it needs, unless --set env.substeps is given) or impulse (the seed's "
+                         "velocity-level impulse solve gated by distance, knob --kappa, mode --impulse-mode)")
+    ap.add_argument("--kappa", type=float, default=None, help="contact gate sharpness k (1/m), e.g. 50, 100, 300")
+    ap.add_argument("--impulse-mode", default=None, choices=["soft", "hard", "mixed"],
+                    help="impulse contact: soft (gated by s_k(d)), hard (no gate) or mixed (hard forward, soft gradient)")
     ap.add_argument("--calibration", default=None, metavar="CALIB.yaml",
                     help="train for one calibrated robot (make train CALIB=...): its armature, damping, friction "
                          "loss in the model; randomisation centred on its kp scales and action delay (train/calibrated.py)")
@@ -109,6 +112,8 @@ def main(argv=None) -> int:
                 env.setdefault("substeps", SIGMOID_SUBSTEPS)
         if a.kappa is not None:
             env["kappa"] = a.kappa
+        if a.impulse_mode is not None:
+            env["impulse_mode"] = a.impulse_mode
         cfg = preset(a.preset, motion=a.motion, algo=a.algo, seed=a.seed, stiffness=stiffness).with_overrides(overrides)
     except CalibrationFileError as e:
         print(f"error: {e}", file=sys.stderr)

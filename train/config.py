@@ -67,6 +67,8 @@ class TrainConfig:
     def __post_init__(self):
         if self.algo not in ALGOS:
             raise ValueError(f"unknown algo {self.algo!r}; use bcg (SHAC + Bundled Contact Gradients) or shac (plain)")
+        if not (isinstance(self.shac.iterations, int) and self.shac.iterations >= 1):
+            raise ValueError(f"shac.iterations={self.shac.iterations!r}: use an integer >= 1")
         env = dataclasses.replace(self.env, stiffness=self.stiffness, domain_rand=self.domain_rand)
         actor = _derive_actor({f.name: getattr(self.actor, f.name) for f in dataclasses.fields(ActorConfig)}, env)
         bcg = dataclasses.replace(self.bcg, enabled=self.algo == "bcg")

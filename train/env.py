@@ -44,6 +44,7 @@ from robots import model as M
 from robots import physics as P
 from train import contact as C
 from train import domain_rand as DR
+from train import impulse as I
 from train import rewards as R
 
 # Uniform observation noise half-widths, multiplied by EnvConfig.obs_noise.
@@ -66,14 +67,20 @@ class Motion(Protocol):
     duration: float
 
 
-CONTACT_MODELS = ("mjx", "sigmoid")
+CONTACT_MODELS = ("mjx", "sigmoid", "impulse")
 
 
 @dataclasses.dataclass(frozen=True)
 class EnvConfig:
     stiffness: str | float = "stiff"  # robots.model.STIFFNESS_TIMECONST name or a solref timeconst (s)
-    contact: str = "mjx"  # CONTACT_MODELS: "mjx" (MJX constraint contact, knob `stiffness`) or "sigmoid"
-    kappa: float = 300.0  # 1/m, sharpness of the "sigmoid" contact (the seed's k: 50 / 100 / 300)
+    # CONTACT_MODELS: "mjx" (MJX constraint contact, knob `stiffness`), "sigmoid" (train/contact.py) or
+    # "impulse" (the seed's velocity-level impulse solve, train/impulse.py)
+    contact: str = "mjx"
+    kappa: float = 300.0  # 1/m, sharpness of the "sigmoid" / "impulse" contact's gate (the seed's k: 50 / 100 / 300)
+    impulse_mode: str = "soft"  # train.impulse.MODES: soft (gated), hard, mixed (hard forward, soft gradient)
+    impulse_iterations: int = 10  # Gauss-Seidel sweeps of the impulse contact
+    impulse_relaxation: str = "block"  # train.impulse.RELAXATIONS
+    impulse_warm_start: bool = True  # contact impulses start from the last substep's (train/impulse.py)
     contact_law: str = "softplus"  # train.contact.LAWS
     contact_stiffness: float = 2.0e4  # N/m per foot sphere ("sigmoid")
     contact_damping: float = 60.0  # N s/m per foot sphere ("sigmoid")
@@ -99,6 +106,22 @@ class EnvConfig:
     def __post_init__(self):
         if self.contact not in CONTACT_MODELS:
             raise ValueError(f"unknown env.contact {self.contact!r}; use one of {CONTACT_MODELS}")
+        if not (math.isfinite(self.kappa) and self.kappa > 0):
+            raise ValueError(f"env.kappa={self.kappa}: the contact gate's sharpness must be finite and > 0 (1/m), "
+                             "e.g. 50, 100 or 300")
+        if not (isinstance(self.substeps, int) and self.substeps >= 1):
+            raise ValueError(f"env.substeps={self.substeps}: use an integer >= 1")
+        if self.contact == "impulse":
+            try:
+                self.impulse_params().validate()
+            except ValueError as e:
+                raise ValueError(f"env.contact=impulse: {e} (env.impulse_mode / impulse_iterations / "
+                                 f"impulse_relaxation / kappa)") from None
+            if self.physics_dt > I.MAX_SUBSTEP + 1e-12:
+                raise ValueError(
+                    f"env.contact=impulse at substep {self.physics_dt * 1e3:.2f} ms: the PD-held G1 does not stand "
+                    f"above {I.MAX_SUBSTEP * 1e3:.1f} ms (train/impulse.py MAX_SUBSTEP); use env.substeps >= "
+                    f"{math.ceil(self.control_dt / I.MAX_SUBSTEP - 1e-9)} at control_dt {self.control_dt} s")
         if not 0.0 <= self.random_start <= 1.0:
             raise ValueError(f"env.random_start={self.random_start} is a probability: use a value in [0, 1]")
         if self.contact == "sigmoid":
@@ -107,6 +130,12 @@ class EnvConfig:
             except ValueError as e:
                 raise ValueError(f"env.contact=sigmoid: {e} (the sigmoid contact needs env.substeps >= "
                                  f"{math.ceil(self.control_dt / C.SUBSTEP - 1e-9)} at control_dt {self.control_dt} s)") from None
+
+    def impulse_params(self) -> I.ImpulseParams:
+        """Nominal parameters of the "impulse" contact (per env, kappa and friction come from EnvParams)."""
+        return I.ImpulseParams(kappa=float(self.kappa), friction=float(self.foot_friction), mode=self.impulse_mode,
+                               iterations=self.impulse_iterations, relaxation=self.impulse_relaxation,
+                               warm_start=self.impulse_warm_start)
 
     @property
     def physics_dt(self) -> float:
@@ -203,6 +232,11 @@ class G1Env:
         if self.sigmoid:  # the JAX contact replaces MJX's foot-floor contact, never adds to it
             m = C.disable_foot_contact(m, self.sphere_geoms)
             self._contact_params = cfg.contact_params()
+        self.impulse = cfg.contact == "impulse"
+        self.friction_dofs = self.frictionloss = None
+        if self.impulse:  # foot contact and the joints' dry friction are solved by train/impulse.py
+            m, self.friction_dofs, self.frictionloss = I.without_frictionloss(C.disable_foot_contact(m, self.sphere_geoms))
+            self._impulse_params = cfg.impulse_params()
         self.mj_model = m
         self.mx = mjx.put_model(m)
         self.qadr = M.motor_qpos_adr(m)
@@ -228,6 +262,9 @@ class G1Env:
         # integer leaves in jax's default int type (int64 under jax_enable_x64, as mjx.step returns them)
         self.init_data = jax.tree.map(
             lambda x: x.astype(jnp.asarray(0).dtype) if jnp.issubdtype(x.dtype, jnp.integer) else x, mjx.put_data(m, d))
+        if self.impulse:  # the impulse step's warm start (joint friction torques, contact forces)
+            self.init_data = self.init_data.replace(userdata=jnp.zeros(
+                len(self.friction_dofs) + 3 * len(self.sphere_geoms), self.init_data.qpos.dtype))
         foot_of_body = {int(b): i for i, b in enumerate(self.foot_body)}
         self.sphere_foot = np.array([foot_of_body[int(m.geom_bodyid[g])] for g in self.sphere_geoms])
         start_qpos, start_qvel = self._reference_states(m, motion, ref_q, ref_h, ref_dq, ref_c, cfg.control_dt)
@@ -235,7 +272,7 @@ class G1Env:
         self.num_start_frames = max(1, self.episode_length - int(round(cfg.random_start_margin_s / cfg.control_dt)))
         self.contact_geoms = np.concatenate([[floor], self.sphere_geoms])
 
-        self.sphere_efc_rows = None if self.sigmoid else self._sphere_efc_rows()
+        self.sphere_efc_rows = None if (self.sigmoid or self.impulse) else self._sphere_efc_rows()
         self.num_spheres = len(self.sphere_geoms)
 
         fdt = jnp.asarray(0.0).dtype
@@ -434,8 +471,16 @@ class G1Env:
 
         if self.sigmoid:
             cp = dataclasses.replace(self._contact_params, kappa=p.contact_kappa, friction=p.friction)
+        if self.impulse:
+            ip = dataclasses.replace(self._impulse_params, kappa=p.contact_kappa, friction=p.friction)
+
+            def drives(q, v):
+                return P.pd_torque(q_target, q[self.qadr], v[self.dadr], kp, kd, tau_max=lim, xp=jnp)
 
         def substep(d, _):
+            if self.impulse:  # the drives act at the step's midpoint (train/impulse.py)
+                d, imp = I.step(mx, d, self.sphere_geoms, ip, drives, self.friction_dofs, self.frictionloss)
+                return d, (imp[:, 2] / cfg.physics_dt, jnp.sum(d.ctrl ** 2))
             tau = P.pd_torque(q_target, d.qpos[self.qadr], d.qvel[self.dadr], kp, kd, tau_max=lim, xp=jnp)
             if self.sigmoid:
                 d, f = C.step(mx, d.replace(ctrl=tau), self.sphere_geoms, cp)
