@@ -218,7 +218,9 @@ class G1Env:
 
         # Model: feet-only G1, contact stiffness from the config.
         self.timeconst = M.contact_timeconst(cfg.stiffness)
-        mcfg = M.TrainModelConfig(stiffness=self.timeconst, timestep=cfg.physics_dt,
+        # the impulse contact replaces MJX's foot contact: its solref only has to pass the builder's check
+        tc = max(self.timeconst, 2 * cfg.physics_dt) if cfg.contact == "impulse" else self.timeconst
+        mcfg = M.TrainModelConfig(stiffness=tc, timestep=cfg.physics_dt,
                                   foot_friction=cfg.foot_friction, mjcf=cfg.mjcf)
         m = M.build_training_model(mcfg) if mj_model is None else mj_model
         if cfg.calibration is not None and mj_model is None:

@@ -157,7 +157,8 @@ def gauss_seidel(prob: Problem, w, mu, iterations: int, relaxation: str = "block
 
     def sweep(_, x):
         p, lam = jax.lax.fori_loop(0, S, contact_update, x)
-        lam, _ = jax.lax.fori_loop(0, F, friction_update, (lam, w[:, None] * p))
+        if F:
+            lam, _ = jax.lax.fori_loop(0, F, friction_update, (lam, w[:, None] * p))
         return p, lam
 
     p, lam = jax.lax.fori_loop(0, iterations, sweep, (p, lam))
