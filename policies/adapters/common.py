@@ -57,8 +57,12 @@ def to_motor_order(values, policy_names, key: str, where: str) -> tuple[float, .
 
 def clip_frames(model: onnx.ModelProto, n_joints: int = g1.NUM_MOTORS) -> int | None:
     """Frames of the reference baked into a tracking graph: the leading size of the (T, n_joints)
-    table a Gather reads (BeyondMimic / mjlab and our own exporter store the clip that way)."""
+    table a Gather reads (an initializer or a Constant node: BeyondMimic / mjlab, holosoma and our own
+    exporter store the clip that way)."""
     init = {i.name: list(i.dims) for i in model.graph.initializer}
+    for n in model.graph.node:  # tables held by Constant nodes (holosoma's exporter)
+        if n.op_type == "Constant":
+            init.update({n.output[0]: list(a.t.dims) for a in n.attribute if a.name == "value"})
     frames = [init[n.input[0]][0] for n in model.graph.node
               if n.op_type == "Gather" and n.input and n.input[0] in init
               and len(init[n.input[0]]) == 2 and init[n.input[0]][1] == n_joints]
