@@ -140,8 +140,9 @@ def read(path: Path, model, blob) -> Artifact:
     if tracking:
         T = clip_frames(model)
         if T is None or T < 2:
-            raise ArtifactError(f"{where}: tracking policy (input 'time_step') without a (T, 29) reference table "
-                                "in the graph: cannot tell the clip's length; re-export with the reference baked in")
+            raise ArtifactError(f"{where}: tracking policy (input 'time_step') with {T or 0} frames of (T, 29) "
+                                "reference table in the graph: a clip needs at least 2; re-export with the motion's "
+                                "reference baked in")
         kind, motion = "tracking", MotionSpec(name, (T - 1) * g1.CONTROL_DT)
         extra["time_step_input"] = TIME_STEP
         extra["tracking"] = _tracking_spec(where, meta, [t.source.split(": ")[1] for t in obs], ins, outs)
