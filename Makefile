@@ -78,7 +78,7 @@ export: setup
 	$(PY) -m train.export --run $(RUN) $(ARGS)
 
 eval: setup
-	$(PY) -m eval --motion $(MOTION) $(if $(CALIB),--calibration $(CALIB)) $(ARGS)
+	$(PY) -m eval $(if $(POLICY),--policy $(POLICY),--motion $(MOTION)) $(if $(CALIB),--calibration $(CALIB)) $(ARGS)
 
 sim: setup lo-multicast
 	$(PY) -m sim $(ARGS)

@@ -11,14 +11,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from experiments import holosoma_models
+from policies.adapters.holosoma import BUILT_IN_WBT
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results" / "tracking_policies.json"
+# eval rows of each model with one holosoma setting changed by a sidecar (policies.adapters.holosoma)
+VARIANTS = {"uniform action scale 1.0 (effort rule off)": {"action_scales_by_effort_limit_over_p_gain": False,
+                                                            "policy_action_scale": 1.0}}
 
 
 def run_deploy(policy: Path, max_run_s: float) -> dict:
@@ -39,18 +46,54 @@ def run_deploy(policy: Path, max_run_s: float) -> dict:
             "source": s["policy"]["source"], "tracking": tr}
 
 
-def run(max_run_s: float) -> dict:
+def run_eval(policy: Path, duration_s: float) -> dict:
+    """One `make eval POLICY=...` episode (no randomisation, no push; duration_s 0: the whole clip, then
+    HOLD): its eval.json figures."""
+    dur = f" --duration {duration_s:g}" if duration_s > 0 else ""
+    cmd = ["make", "-s", "eval", f"POLICY={policy}", f"ARGS=--episodes 1{dur} --no-dr --no-video"]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=3600)
+    lines = [ln for ln in r.stdout.splitlines() if ln.strip().endswith("eval.json")]
+    if r.returncode != 0 or not lines:
+        return {"error": f"exit {r.returncode}: {(r.stderr or r.stdout).strip()[-400:]}", "command": " ".join(cmd)}
+    s = json.loads(Path(lines[-1].strip()).read_text())
+    e = s["per_episode"][0]
+    return {"command": " ".join(cmd), "fell": e["fell"], "fell_at_s": e["fell_at_s"], "policy_s": e["policy_s"],
+            "stood_at_end": e["stood_at_end"], "tracking": e["tracking"]}
+
+
+def run(max_run_s: float, eval_s: float, keep: dict | None = None) -> dict:
+    """Deploy (unless `keep` holds the rows already) and eval rows of both models."""
     root = holosoma_models.models_dir()
     rows = {}
     for name in holosoma_models.WBT_MODELS:
         f = root / holosoma_models.WBT / name
-        print(f"[tracking] {name}: make deploy ROBOT=sim for {max_run_s:g} s", flush=True)
-        rows[name] = run_deploy(f.relative_to(REPO) if f.is_relative_to(REPO) else f, max_run_s)
+        f = f.relative_to(REPO) if f.is_relative_to(REPO) else f
+        if keep and name in keep.get("models", {}):
+            rows[name] = {k: v for k, v in keep["models"][name].items() if k != "eval"}
+        else:
+            print(f"[tracking] {name}: make deploy ROBOT=sim for {max_run_s:g} s", flush=True)
+            rows[name] = run_deploy(f, max_run_s)
+        print(f"[tracking] {name}: make eval for {eval_s:g} s", flush=True)
+        rows[name]["eval"] = run_eval(f, eval_s)
+        rows[name]["eval_variants"] = {}
+        for label, side in VARIANTS.items():  # the same file with a holosoma sidecar changing one setting
+            d = holosoma_models.CACHE / "variants" / label
+            d.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO / f, d / name)
+            (d / "holosoma.yaml").write_text(yaml.safe_dump({**BUILT_IN_WBT, **side}))
+            print(f"[tracking] {name}: make eval, {label}", flush=True)
+            rows[name]["eval_variants"][label] = {**run_eval((d / name).relative_to(REPO), eval_s), "sidecar": side}
         print(f"[tracking] {name}: {json.dumps({k: rows[name].get(k) for k in ('fell', 'final_state', 'policy_s')})}",
               flush=True)
-    return {"what": "holosoma-inference 0.1.3 G1 whole-body-tracking dance models on the sim bridge through the deploy "
+    return {"eval_s": eval_s, "what": "holosoma-inference 0.1.3 G1 whole-body-tracking dance models on the sim bridge through the deploy "
                     "loop (make deploy ROBOT=sim POLICY=...); tracking error against the graph's own reference",
             "max_run_s": max_run_s, "models": rows}
+
+
+def _fell(r: dict) -> str:
+    if not r["fell"]:
+        return "no"
+    return f"yes ({r['fell_at_s']:.1f})" if r.get("fell_at_s") is not None else "yes"
 
 
 def _f(x, fmt="{:.3f}"):
@@ -59,30 +102,48 @@ def _f(x, fmt="{:.3f}"):
 
 def render_tracking_policies_table(results: dict) -> str:
     """Markdown table of results/tracking_policies.json."""
-    head = ("| model | s in POLICY | fell | final state | joint RMS (rad) | worst second | anchor ori. err (rad) "
-            "| worst second | safety events |\n|---|---|---|---|---|---|---|---|---|\n")
+    head = ("| model | run | s in POLICY | fell (at s) | final state | joint RMS (rad) | worst second | anchor ori. err (rad) "
+            "| worst second | safety events |\n|---|---|---|---|---|---|---|---|---|---|\n")
     rows = []
     for name, r in results["models"].items():
-        if "error" in r:
-            rows.append(f"| {name} | - | - | did not run: {r['error'][:120]} | | | | | |")
-            continue
-        t = r["tracking"]
-        rows.append(f"| {name} | {r['policy_s']:.1f} | {'yes' if r['fell'] else 'no'} | {r['final_state']} | "
+        rows += _rows(name, "make deploy ROBOT=sim", r)
+        if "eval" in r:
+            e = r["eval"]
+            rows += _rows(name, "make eval (C MuJoCo)", _eval_row(e))
+        for label, e in r.get("eval_variants", {}).items():
+            rows += _rows(name, f"make eval, sidecar: {label}", _eval_row(e))
+    return head + "\n".join(rows) + "\n"
+
+
+def _eval_row(e: dict) -> dict:
+    if "error" in e:
+        return e
+    return {**e, "safety_events": [], "final_state": "fell" if e["fell"] else "HOLD"}
+
+
+def _rows(name: str, how: str, r: dict) -> list[str]:
+    if "error" in r:
+        return [f"| {name} | {how} | - | - | did not run: {r['error'][:120]} | | | | | |"]
+    t = r["tracking"]
+    return [f"| {name} | {how} | {r['policy_s']:.1f} | {_fell(r)} | {r['final_state']} | "
                     f"{_f(t.get('joint_rms_rad'))} | {_f(t.get('joint_rms_worst_s_rad'))} "
                     f"(at {_f(t.get('joint_rms_worst_s_at'), '{:.0f}')} s) | {_f(t.get('anchor_ori_err_rad'))} | "
                     f"{_f(t.get('anchor_ori_err_worst_s_rad'))} (at {_f(t.get('anchor_ori_err_worst_s_at'), '{:.0f}')} s) "
-                    f"| {'; '.join(r['safety_events']) or 'none'} |")
-    return head + "\n".join(rows) + "\n"
+                    f"| {'; '.join(r['safety_events']) or 'none'} |"]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.tracking_policies", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--max-run-s", type=float, default=70.0, help="deploy run length (POLICY starts ~4 s in)")
+    ap.add_argument("--eval-s", type=float, default=0.0,
+                    help="make eval POLICY=...: seconds of the clip (default 0: the whole clip, then HOLD)")
+    ap.add_argument("--eval-only", action="store_true", help="keep the deploy rows of --out, redo the eval rows")
     ap.add_argument("--out", default=str(RESULTS))
     a = ap.parse_args(argv)
+    keep = json.loads(Path(a.out).read_text()) if a.eval_only and Path(a.out).is_file() else None
     try:
-        res = run(a.max_run_s)
+        res = run(a.max_run_s, a.eval_s, keep)
     except holosoma_models.DownloadError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -278,3 +278,21 @@ def test_graphs_reference_is_the_torso_pose_feet_on_the_floor(holosoma_models):
     p_pelvis = tab["ref_pos_xyz"][k] - r_pelvis @ p_t
     feet = [p_pelvis[2] + (r_pelvis @ f.pose_in_pelvis(b, q)[0])[2] for b in g1.FOOT_BODIES]
     assert np.max(np.abs(np.array(feet) - ankle_stand)) < 0.01
+
+
+# ---------------------------------------------------------------- make eval POLICY=<file>
+def test_eval_of_a_tracking_file_measures_against_the_graphs_reference(tmp_path):
+    """Zero actions hold the default pose: over the 5 steps of the clip the joint error is default - reference
+    (the robot stays within 1 mrad of its home pose in 0.1 s), row by row of the graph's table."""
+    from eval.config import DRConfig, EvalConfig
+    from eval.policy_eval import evaluate_policy
+
+    f = bm_file(tmp_path / "bm.onnx", names=BM_154)
+    cfg = EvalConfig(episodes=1, video=False, hold_s=0.2, dr=DRConfig(enabled=False))
+    s, out = evaluate_policy(f, cfg, tmp_path / "eval")
+    ep = s["per_episode"][0]
+    assert (s["falls"], ep["tracking"]["policy_steps"], ep["tracking"]["clip_ended"]) == (0, T - 1, True)
+    want = np.sqrt(np.mean((g1.DEFAULT_JOINT_POS[ORDER] - REF_JP[:T - 1]) ** 2))
+    assert ep["tracking"]["joint_rms_rad"] == pytest.approx(want, abs=1e-3)
+    assert s["tracking"]["joint_rms_rad"] == ep["tracking"]["joint_rms_rad"]
+    assert (out / "eval.json").is_file() and s["policy_info"]["kind"] == "tracking"
