@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from experiments import holosoma_models
@@ -24,8 +25,8 @@ from policies.adapters.holosoma import BUILT_IN_WBT
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results" / "tracking_policies.json"
 # eval rows of each model with one holosoma setting changed by a sidecar (policies.adapters.holosoma)
-VARIANTS = {"uniform action scale 1.0 (effort rule off)": {"action_scales_by_effort_limit_over_p_gain": False,
-                                                            "policy_action_scale": 1.0}}
+VARIANTS = {"uniform_action_scale_1": {"action_scales_by_effort_limit_over_p_gain": False,
+                                       "policy_action_scale": 1.0}}
 
 
 def run_deploy(policy: Path, max_run_s: float) -> dict:
@@ -61,6 +62,25 @@ def run_eval(policy: Path, duration_s: float) -> dict:
             "stood_at_end": e["stood_at_end"], "tracking": e["tracking"]}
 
 
+def extract_row(policy: Path, name: str) -> dict:
+    """`python -m motions extract` of the model's clip into .cache/holosoma/clips/, then its preview's figures."""
+    out = holosoma_models.CACHE / "clips" / (Path(name).stem + ".npz")
+    cmd = [sys.executable, "-m", "motions", "extract", str(policy), str(out), "--preview"]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        return {"error": f"exit {r.returncode}: {(r.stderr or r.stdout).strip()[-400:]}"}
+    from motions.library import load_motion, summary
+
+    m = load_motion(str(out))
+    s = summary(m)
+    d = np.load(out)
+    root = d["joint_pos"]
+    return {"command": "python -m motions extract <onnx> <npz> --preview", "frames": int(root.shape[0]),
+            "duration_s": s["duration_s"], "min_pelvis_height_m": s["min_pelvis_height_m"],
+            "max_pelvis_height_m": s["max_pelvis_height_m"], "start_pelvis_height_m": float(root[0, 2]),
+            "flight_time_s": s["flight_time_s"]}
+
+
 def run(max_run_s: float, eval_s: float, keep: dict | None = None) -> dict:
     """Deploy (unless `keep` holds the rows already) and eval rows of both models."""
     root = holosoma_models.models_dir()
@@ -83,6 +103,7 @@ def run(max_run_s: float, eval_s: float, keep: dict | None = None) -> dict:
             (d / "holosoma.yaml").write_text(yaml.safe_dump({**BUILT_IN_WBT, **side}))
             print(f"[tracking] {name}: make eval, {label}", flush=True)
             rows[name]["eval_variants"][label] = {**run_eval((d / name).relative_to(REPO), eval_s), "sidecar": side}
+        rows[name]["extract"] = extract_row(f, name)
         print(f"[tracking] {name}: {json.dumps({k: rows[name].get(k) for k in ('fell', 'final_state', 'policy_s')})}",
               flush=True)
     return {"eval_s": eval_s, "what": "holosoma-inference 0.1.3 G1 whole-body-tracking dance models on the sim bridge through the deploy "

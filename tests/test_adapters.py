@@ -137,7 +137,7 @@ def test_exported_files_carry_the_formats_exact_keys(jump, tmp_path):
                                                   "left_hip_roll_joint"]
     assert meta["joint_stiffness"].split(",")[:3] == ["100.000", "100.000", "60.000"]  # 3 decimals, policy order
     assert [i.name for i in m.graph.input] == ["obs", "time_step"]
-    assert [o.name for o in m.graph.output] == ["actions", "joint_pos", "joint_vel"]
+    assert [o.name for o in m.graph.output] == ["actions", "joint_pos", "joint_vel", "body_pos_w", "body_quat_w"]
     d = yaml.safe_load((export_rl_lab(jump, tmp_path / "rl") / "params" / "deploy.yaml").read_text())
     assert list(d) == ["joint_ids_map", "step_dt", "stiffness", "damping", "default_joint_pos", "commands", "actions",
                        "observations"]

@@ -5,6 +5,7 @@ relative to the yaw/position-aligned reference), the end of the clip, holosoma-i
 dance models (its reference tables, action scales and term order against the wheel's own files), and
 every refusal naming its key, before any command (deploy.preflight)."""
 import re
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -19,6 +20,8 @@ from policies.runtime import PolicyRuntime
 from policies.tracking import rot6d, rotation_angle, tracking_summary
 from robots import g1
 from robots.body_frames import BodyFrames, mat_to_quat, quat_to_mat
+
+REPO = Path(__file__).resolve().parent.parent
 
 BM_160 = ("command", "motion_anchor_pos_b", "motion_anchor_ori_b", "base_lin_vel", "base_ang_vel", "joint_pos",
           "joint_vel", "actions")
@@ -296,3 +299,86 @@ def test_eval_of_a_tracking_file_measures_against_the_graphs_reference(tmp_path)
     assert ep["tracking"]["joint_rms_rad"] == pytest.approx(want, abs=1e-3)
     assert s["tracking"]["joint_rms_rad"] == ep["tracking"]["joint_rms_rad"]
     assert (out / "eval.json").is_file() and s["policy_info"]["kind"] == "tracking"
+
+
+# ---------------------------------------------------------------- our policy in the BeyondMimic format, and back
+def test_our_policy_exported_as_beyondmimic_tracking_runs_back_within_1e6(tmp_path):
+    """policies.adapters.export writes the hop as a BeyondMimic tracking file (keys, 3-decimal CSV, obs +
+    time_step, joint_pos / joint_vel / body_pos_w / body_quat_w outputs); read back, the runtime's reference is
+    the native one and the targets agree with the native artifact's within 1e-6 rad."""
+    from policies.adapters.export import export_mjlab
+    from policies.artifact import load_artifact
+    from tests.test_adapters import random_state
+
+    native = load_artifact(REPO / "policies" / "g1" / "hop")
+    f = export_mjlab(native, tmp_path / "bm")
+    m = onnx.load(f)
+    meta = {p.key: p.value for p in m.metadata_props}
+    assert meta["anchor_body_name"] == "pelvis" and meta["body_names"] == "pelvis"
+    assert meta["default_joint_pos"].split(",")[:3] == ["-0.100", "-0.100", "0.000"]
+    assert [o.name for o in m.graph.output][3:] == ["body_pos_w", "body_quat_w"]
+    art = check_artifact(f)
+    a, b = PolicyRuntime(native), PolicyRuntime(art)
+    ref = b.tracking.ref
+    np.testing.assert_allclose(ref.joint_pos, native.ref_q[:, list(ISAAC_ORDER)], atol=1e-6)
+    rng = np.random.default_rng(1)
+    worst = 0.0
+    for step in range(a.n_steps):
+        state = random_state(rng)
+        worst = max(worst, float(np.max(np.abs(a.step(step, *state).target - b.step(step, *state).target))))
+    assert worst < 1e-6, worst
+    sess_out = onnxruntime_outputs(f, 7)
+    np.testing.assert_allclose(sess_out["body_pos_w"][0, 0], [0, 0, native.ref_height[7]], atol=1e-6)
+    np.testing.assert_allclose(sess_out["body_quat_w"][0, 0], [1, 0, 0, 0])
+
+
+def onnxruntime_outputs(path, step):
+    import onnxruntime as ort
+
+    s = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feed = {i.name: np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32) for i in s.get_inputs()}
+    feed["time_step"][...] = step
+    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feed)))
+
+
+# ---------------------------------------------------------------- python -m motions extract
+def test_extract_writes_the_graphs_reference_as_our_clip(tmp_path):
+    """Joints back in motor order from the file's (Isaac) order; the root from the pelvis row when the graph
+    has one, else from the anchor (torso) row through the waist by FK: the torso placed on the extracted root
+    is the graph's torso pose."""
+    from motions.clip_files import read_clip_file
+    from motions.tracking_onnx import extract
+
+    out = extract(bm_file(tmp_path / "p.onnx"), tmp_path / "p.npz")
+    clip = read_clip_file(out)
+    inv = np.argsort(ORDER)
+    np.testing.assert_allclose(clip.joints, REF_JP[:, inv], atol=1e-6)
+    np.testing.assert_allclose(clip.root_pos, 0.0) and np.testing.assert_allclose(clip.root_quat[:, 0], 1.0)
+    clip = read_clip_file(extract(bm_file(tmp_path / "t.onnx", bodies=("torso_link",)), tmp_path / "t.npz"))
+    f = BodyFrames()
+    for k in range(T):
+        p_in, r_in = f.pose_in_pelvis("torso_link", clip.joints[k])
+        r = quat_to_mat(clip.root_quat[k])
+        np.testing.assert_allclose(clip.root_pos[k] + r @ p_in, REF_POS[k], atol=1e-6)
+        np.testing.assert_allclose(r @ r_in, rz(REF_YAW[k]), atol=1e-6)
+    d = np.load(tmp_path / "t.npz")
+    np.testing.assert_allclose(d["joint_vel"][:, 6:], REF_JV[:, inv], atol=1e-6)  # the graph's joint velocities
+    np.testing.assert_allclose(d["joint_vel"][0, :3], (clip.root_pos[1] - clip.root_pos[0]) * 50.0, atol=1e-9)
+
+
+def test_extract_of_holosoma_dance_puts_the_torso_on_the_graphs_pose(holosoma_models, tmp_path):
+    from motions.clip_files import read_clip_file
+    from motions.tracking_onnx import extract
+
+    f = holosoma_models / holosoma_files.WBT / "ppo_g1_29dof_dancing.onnx"
+    clip = read_clip_file(extract(f, tmp_path / "dance.npz"))
+    tab = graph_tables(f)
+    assert clip.joints.shape == (6574, 29) and clip.fps == 50.0
+    kin = BodyFrames()
+    for k in (0, 1000, 4000, 6573):
+        np.testing.assert_allclose(clip.joints[k], tab["joint_pos"][k], atol=1e-6)  # dof_names: motor order
+        p_in, r_in = kin.pose_in_pelvis("torso_link", clip.joints[k])
+        r = quat_to_mat(clip.root_quat[k])
+        x, y, z, w = tab["ref_quat_xyzw"][k]
+        np.testing.assert_allclose(clip.root_pos[k] + r @ p_in, tab["ref_pos_xyz"][k], atol=1e-6)
+        np.testing.assert_allclose(r @ r_in, quat_to_mat([w, x, y, z]), atol=1e-6)
