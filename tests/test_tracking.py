@@ -20,6 +20,7 @@ from policies.runtime import PolicyRuntime
 from policies.tracking import rot6d, rotation_angle, tracking_summary
 from robots import g1
 from robots.body_frames import BodyFrames, mat_to_quat, quat_to_mat
+from tests.test_adapters import holosoma_models, random_state  # noqa: F401 - the fixture (PyPI wheel, cached)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -207,14 +208,6 @@ def test_tracking_summary_by_hand():
 
 
 # ---------------------------------------------------------------- holosoma-inference 0.1.3 (real files)
-@pytest.fixture(scope="module")
-def holosoma_models():
-    try:
-        return holosoma_files.models_dir()
-    except holosoma_files.DownloadError as e:
-        pytest.skip(str(e))
-
-
 def graph_tables(path):
     """The (T, .) Constant tables the four reference outputs gather (read straight from the graph)."""
     m = onnx.load(path)
@@ -222,6 +215,7 @@ def graph_tables(path):
     return {n.output[0]: consts[n.input[0]] for n in m.graph.node if n.op_type == "Gather" and n.input[0] in consts}
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("name, frames", [("ppo_g1_29dof_dancing.onnx", 6574), ("fastsac_g1_29dof_dancing.onnx", 6774)])
 def test_holosoma_wbt_models_read_with_the_graphs_reference(holosoma_models, name, frames):
     f = holosoma_models / holosoma_files.WBT / name
@@ -256,6 +250,7 @@ def test_holosoma_wbt_models_read_with_the_graphs_reference(holosoma_models, nam
     np.testing.assert_allclose(out.obs[32:61], q - np.asarray(sp.default_joint_pos), atol=1e-6)
 
 
+@pytest.mark.network
 def test_holosoma_wbt_of_another_size_is_refused(holosoma_models, tmp_path):
     m = onnx.load(holosoma_models / holosoma_files.WBT / "ppo_g1_29dof_dancing.onnx")
     m.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 160
@@ -265,6 +260,7 @@ def test_holosoma_wbt_of_another_size_is_refused(holosoma_models, tmp_path):
         check_artifact(f)
 
 
+@pytest.mark.network
 def test_graphs_reference_is_the_torso_pose_feet_on_the_floor(holosoma_models):
     """ref_pos_xyz / ref_quat_xyzw are the torso's: placed as the torso, the standing frames put the ankle
     links at their standing height above the floor; placed as the pelvis, 44 mm higher."""
@@ -308,8 +304,6 @@ def test_our_policy_exported_as_beyondmimic_tracking_runs_back_within_1e6(tmp_pa
     the native one and the targets agree with the native artifact's within 1e-6 rad."""
     from policies.adapters.export import export_mjlab
     from policies.artifact import load_artifact
-    from tests.test_adapters import random_state
-
     native = load_artifact(REPO / "policies" / "g1" / "hop")
     f = export_mjlab(native, tmp_path / "bm")
     m = onnx.load(f)
@@ -366,6 +360,7 @@ def test_extract_writes_the_graphs_reference_as_our_clip(tmp_path):
     np.testing.assert_allclose(d["joint_vel"][0, :3], (clip.root_pos[1] - clip.root_pos[0]) * 50.0, atol=1e-9)
 
 
+@pytest.mark.network
 def test_extract_of_holosoma_dance_puts_the_torso_on_the_graphs_pose(holosoma_models, tmp_path):
     from motions.clip_files import read_clip_file
     from motions.tracking_onnx import extract
