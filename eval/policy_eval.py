@@ -2,7 +2,7 @@
 policies.adapters, or a native artifact folder) evaluated in C MuJoCo on the bridge model, with the
 episode rules of eval.episode (home keyframe, the drives' PD at the artifact's gains x the episode's
 kp/kd scale clipped to the motor limits at 1 kHz, the episode's randomisation and push, the one fall
-criterion, then the runtime's HOLD blend for hold_s):
+criterion, then the runtime's HOLD blend for hold_s at robots/g1.py's gains, as deploy sends in HOLD):
 
 - tracking policies run their clip (or --duration s of it) and are measured against the graph's own
   reference (policies.tracking: joint RMS in rad and anchor orientation error in rad, over the
@@ -44,7 +44,9 @@ def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep
     sim.reset()
     runtime.reset()
     m, d = sim.m, sim.d
-    kp, kd = np.asarray(spec.kp) * dr["kp_scale"], np.asarray(spec.kd) * dr["kd_scale"]
+    # the policy's own gains in POLICY, robots/g1.py's in HOLD: what deploy sends (deploy.loop)
+    gains = [(np.asarray(a) * dr["kp_scale"], np.asarray(b) * dr["kd_scale"]) for a, b in
+             ((spec.kp, spec.kd), (g1.KP, g1.KD))]
     dt = runtime.control_dt
     n_policy = min(int(round((cfg.duration_s or runtime.duration) / dt)), runtime.n_steps)
     n_hold = int(round(cfg.hold_s / dt))
@@ -74,6 +76,7 @@ def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep
                 aerr.append(runtime.tracking.anchor_ori_error)
         else:
             target = runtime.hold_target(hold_from, (k - n_policy + 1) * dt)
+        kp, kd = gains[k >= n_policy]
         for s in range(decim):
             ts = t + s * m.opt.timestep
             tau = pd_torque(sim.applied_target(target, ts), d.qpos[sim.qadr], d.qvel[sim.dadr], kp, kd)
