@@ -307,7 +307,7 @@ class ControlLoop:
         tr = self.runtime.tracking
         if tr is not None:
             self.track_log.append(t=wake - self.t0, step=step, joint_sq=float(np.mean(tr.joint_error ** 2)),
-                                  anchor_err=tr.anchor_ori_error)
+                                  anchor_err=tr.anchor_ori_error if tr.needs_anchor else np.nan)
         t1, c1 = time.monotonic(), time.thread_time()
         self._last_step = step
         self._policy_target = out.target

@@ -73,7 +73,7 @@ def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep
             if runtime.tracking is not None:
                 t_log.append(t)
                 jsq.append(float(np.mean(runtime.tracking.joint_error ** 2)))
-                aerr.append(runtime.tracking.anchor_ori_error)
+                aerr.append(runtime.tracking.anchor_ori_error if runtime.tracking.needs_anchor else np.nan)
         else:
             target = runtime.hold_target(hold_from, (k - n_policy + 1) * dt)
         kp, kd = gains[k >= n_policy]
@@ -129,7 +129,8 @@ def evaluate_policy(policy: str | Path, cfg: EvalConfig = EvalConfig(), out_root
         "episodes": len(eps), "falls": int(sum(e["fell"] for e in eps)),
         "stood_at_end": int(sum(e["stood_at_end"] for e in eps)),
         "policy_s": float(np.mean([e["policy_s"] for e in eps])) if eps else None,
-        "tracking": {k: float(np.mean([t[k] for t in trk])) for k in TRACK_KEYS if trk and k in trk[0]} or None,
+        "tracking": {k: (float(np.mean([t[k] for t in trk])) if trk[0].get(k) is not None else None)
+                     for k in TRACK_KEYS} if trk else None,
         "config": report.jsonable({**dataclasses.asdict(cfg), "fall_height_m": FALL_HEIGHT_M,
                                    "fall_tilt_deg": math.degrees(FALL_TILT_RAD)}),
         "per_episode": eps,

@@ -81,30 +81,46 @@ def extract_row(policy: Path, name: str) -> dict:
             "flight_time_s": s["flight_time_s"]}
 
 
-def run(max_run_s: float, eval_s: float, keep: dict | None = None) -> dict:
-    """Deploy (unless `keep` holds the rows already) and eval rows of both models."""
+PARTS = ("deploy", "eval", "variants", "extract")
+
+
+def variant_file(f: Path, name: str, label: str) -> Path:
+    """A copy of the model beside a holosoma sidecar (the built-in WBT config with VARIANTS[label] changed)."""
+    d = holosoma_models.CACHE / "variants" / label
+    d.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / f, d / name)
+    (d / "holosoma.yaml").write_text(yaml.safe_dump({**BUILT_IN_WBT, **VARIANTS[label]}))
+    return (d / name).relative_to(REPO)
+
+
+def run(max_run_s: float, eval_s: float, keep: dict | None = None, redo=PARTS) -> dict:
+    """The deploy, eval, sidecar-variant (deploy and eval) and extraction rows of both models; rows of `keep`
+    (an earlier results file) are kept for the parts not in `redo`."""
     root = holosoma_models.models_dir()
     rows = {}
     for name in holosoma_models.WBT_MODELS:
         f = root / holosoma_models.WBT / name
         f = f.relative_to(REPO) if f.is_relative_to(REPO) else f
-        if keep and name in keep.get("models", {}):
-            rows[name] = {k: v for k, v in keep["models"][name].items() if k != "eval"}
-        else:
+        old = (keep or {}).get("models", {}).get(name, {})
+        row = rows[name] = {k: v for k, v in old.items() if k in ("eval", "variants", "extract")}
+        if "deploy" in redo or not old:
             print(f"[tracking] {name}: make deploy ROBOT=sim for {max_run_s:g} s", flush=True)
-            rows[name] = run_deploy(f, max_run_s)
-        print(f"[tracking] {name}: make eval for {eval_s:g} s", flush=True)
-        rows[name]["eval"] = run_eval(f, eval_s)
-        rows[name]["eval_variants"] = {}
-        for label, side in VARIANTS.items():  # the same file with a holosoma sidecar changing one setting
-            d = holosoma_models.CACHE / "variants" / label
-            d.mkdir(parents=True, exist_ok=True)
-            shutil.copy(REPO / f, d / name)
-            (d / "holosoma.yaml").write_text(yaml.safe_dump({**BUILT_IN_WBT, **side}))
-            print(f"[tracking] {name}: make eval, {label}", flush=True)
-            rows[name]["eval_variants"][label] = {**run_eval((d / name).relative_to(REPO), eval_s), "sidecar": side}
-        rows[name]["extract"] = extract_row(f, name)
-        print(f"[tracking] {name}: {json.dumps({k: rows[name].get(k) for k in ('fell', 'final_state', 'policy_s')})}",
+            row.update(run_deploy(f, max_run_s))
+        else:
+            row.update({k: v for k, v in old.items() if k not in ("eval", "variants", "extract", "eval_variants")})
+        if "eval" in redo or "eval" not in row:
+            print(f"[tracking] {name}: make eval", flush=True)
+            row["eval"] = run_eval(f, eval_s)
+        if "variants" in redo or "variants" not in row:
+            row["variants"] = {}
+            for label, side in VARIANTS.items():  # the same file with one holosoma setting changed by a sidecar
+                v = variant_file(f, name, label)
+                print(f"[tracking] {name}: {label}: make deploy ROBOT=sim, make eval", flush=True)
+                row["variants"][label] = {"sidecar": side, "deploy": run_deploy(v, max_run_s),
+                                          "eval": run_eval(v, eval_s)}
+        if "extract" in redo or "extract" not in row:
+            row["extract"] = extract_row(f, name)
+        print(f"[tracking] {name}: {json.dumps({k: row.get(k) for k in ('fell', 'final_state', 'policy_s')})}",
               flush=True)
     return {"eval_s": eval_s, "what": "holosoma-inference 0.1.3 G1 whole-body-tracking dance models on the sim bridge through the deploy "
                     "loop (make deploy ROBOT=sim POLICY=...); tracking error against the graph's own reference",
@@ -131,9 +147,19 @@ def render_tracking_policies_table(results: dict) -> str:
         if "eval" in r:
             e = r["eval"]
             rows += _rows(name, "make eval (C MuJoCo)", _eval_row(e))
-        for label, e in r.get("eval_variants", {}).items():
-            rows += _rows(name, f"make eval, sidecar: {label}", _eval_row(e))
-    return head + "\n".join(rows) + "\n"
+        for label, v in r.get("variants", {}).items():
+            rows += _rows(name, f"make deploy ROBOT=sim, sidecar {label}", v["deploy"])
+            rows += _rows(name, f"make eval, sidecar {label}", _eval_row(v["eval"]))
+    ext = ["", "| model | `python -m motions extract`: frames | s | pelvis at start (m) | pelvis min - max (m) |",
+           "|---|---|---|---|---|"]
+    for name, r in results["models"].items():
+        e = r.get("extract")
+        if e and "error" not in e:
+            ext.append(f"| {name} | {e['frames']} | {e['duration_s']:.2f} | {e['start_pelvis_height_m']:.3f} | "
+                       f"{e['min_pelvis_height_m']:.3f} - {e['max_pelvis_height_m']:.3f} |")
+        elif e:
+            ext.append(f"| {name} | failed: {e['error'][:120]} | | | |")
+    return head + "\n".join(rows) + "\n" + ("\n".join(ext) + "\n" if len(ext) > 3 else "")
 
 
 def _eval_row(e: dict) -> dict:
@@ -159,12 +185,17 @@ def main(argv=None) -> int:
     ap.add_argument("--max-run-s", type=float, default=70.0, help="deploy run length (POLICY starts ~4 s in)")
     ap.add_argument("--eval-s", type=float, default=0.0,
                     help="make eval POLICY=...: seconds of the clip (default 0: the whole clip, then HOLD)")
-    ap.add_argument("--eval-only", action="store_true", help="keep the deploy rows of --out, redo the eval rows")
+    ap.add_argument("--redo", default=",".join(PARTS),
+                    help=f"parts to run again ({', '.join(PARTS)}); the others are kept from --out when there")
     ap.add_argument("--out", default=str(RESULTS))
     a = ap.parse_args(argv)
-    keep = json.loads(Path(a.out).read_text()) if a.eval_only and Path(a.out).is_file() else None
+    redo = tuple(x for x in a.redo.split(",") if x)
+    unknown = [x for x in redo if x not in PARTS]
+    if unknown:
+        ap.error(f"--redo: unknown parts {unknown} (of {', '.join(PARTS)})")
+    keep = json.loads(Path(a.out).read_text()) if Path(a.out).is_file() else None
     try:
-        res = run(a.max_run_s, a.eval_s, keep)
+        res = run(a.max_run_s, a.eval_s, keep, redo)
     except holosoma_models.DownloadError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -177,7 +177,7 @@ class TrackingTerms:
 
 def tracking_summary(t, joint_sq, anchor_err, clip_frames: int | None = None, steps: int | None = None) -> dict:
     """The tracking error of a run from its policy steps: t (s), joint_sq (mean squared joint error of the
-    step, rad^2), anchor_err (anchor orientation error, rad). Joint RMS (rad) and anchor orientation error
+    step, rad^2), anchor_err (anchor orientation error, rad; nan without an anchor). Joint RMS (rad) and anchor orientation error
     (rad, mean) over the run and over its worst whole second (steps binned by floor(t - t[0]))."""
     t, jsq, ae = (np.asarray(x, float) for x in (t, joint_sq, anchor_err))
     if t.size == 0:
@@ -188,8 +188,10 @@ def tracking_summary(t, joint_sq, anchor_err, clip_frames: int | None = None, st
     a_s = np.array([ae[sec == b].mean() for b in bins])
     out = {"policy_steps": int(t.size), "joint_rms_rad": float(np.sqrt(jsq.mean())),
            "joint_rms_worst_s_rad": float(j_s.max()), "joint_rms_worst_s_at": float(bins[j_s.argmax()]),
-           "anchor_ori_err_rad": float(ae.mean()), "anchor_ori_err_worst_s_rad": float(a_s.max()),
-           "anchor_ori_err_worst_s_at": float(bins[a_s.argmax()])}
+           "anchor_ori_err_rad": None, "anchor_ori_err_worst_s_rad": None, "anchor_ori_err_worst_s_at": None}
+    if np.all(np.isfinite(ae)):  # nan: the policy observes no anchor
+        out.update(anchor_ori_err_rad=float(ae.mean()), anchor_ori_err_worst_s_rad=float(a_s.max()),
+                   anchor_ori_err_worst_s_at=float(bins[a_s.argmax()]))
     if clip_frames is not None:
         out["clip_frames"] = int(clip_frames)
         out["clip_ended"] = bool(steps is not None and steps >= clip_frames - 1)

@@ -24,6 +24,7 @@ from robots.gains import KD_MAX, KP_MAX, gain_errors
 from safety.limits import Command, Limits, Trip, check_command
 
 REPO = Path(__file__).resolve().parent.parent
+HOLO_CACHE = holosoma_files.CACHE
 LOCO = holosoma_files.LOCO
 UP = np.array([1.0, 0.0, 0.0, 0.0])
 

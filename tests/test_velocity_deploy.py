@@ -77,6 +77,9 @@ def test_jump_as_mjlab_tracking_policy_completes_its_clip(tmp_path):
     assert [t["to"] for t in s["transitions"]] == ["STAND_UP", "HOLD", "POLICY", "HOLD"]
     assert s["policy_ticks"] == 230  # time_step 0..229: the whole clip, then HOLD
     assert s["gt_flight_s"] > 0.1  # it jumped: both feet off the floor in the bridge's ground truth
+    tr = s["tracking"]  # against the graph's own reference (joint_pos output at each time step)
+    assert (tr["policy_steps"], tr["clip_frames"], tr["clip_ended"]) == (230, 231, True), tr
+    assert 0.0 < tr["joint_rms_rad"] <= tr["joint_rms_worst_s_rad"] < 0.5, tr
 
 
 @pytest.mark.dds
