@@ -377,3 +377,22 @@ def test_extract_of_holosoma_dance_puts_the_torso_on_the_graphs_pose(holosoma_mo
         x, y, z, w = tab["ref_quat_xyzw"][k]
         np.testing.assert_allclose(clip.root_pos[k] + r @ p_in, tab["ref_pos_xyz"][k], atol=1e-6)
         np.testing.assert_allclose(r @ r_in, quat_to_mat([w, x, y, z]), atol=1e-6)
+
+
+def test_tracking_policies_table_renders_each_run():
+    from experiments.tracking_policies import render_tracking_policies_table
+
+    tr = {"joint_rms_rad": 0.1414, "joint_rms_worst_s_rad": 0.2, "joint_rms_worst_s_at": 48.0,
+          "anchor_ori_err_rad": 0.07, "anchor_ori_err_worst_s_rad": None, "anchor_ori_err_worst_s_at": None}
+    res = {"models": {"m.onnx": {"policy_s": 66.0, "fell": False, "final_state": "POLICY", "safety_events": [],
+                                 "tracking": tr,
+                                 "eval": {"policy_s": 4.2, "fell": True, "fell_at_s": 4.22, "tracking": tr},
+                                 "extract": {"frames": 6574, "duration_s": 131.46, "start_pelvis_height_m": 0.78,
+                                             "min_pelvis_height_m": 0.43, "max_pelvis_height_m": 0.85}},
+                      "bad.onnx": {"error": "exit 2: policy artifact rejected"}}}
+    lines = render_tracking_policies_table(res).splitlines()
+    assert lines[2] == ("| m.onnx | make deploy ROBOT=sim | 66.0 | no | POLICY | 0.141 | 0.200 (at 48 s) | 0.070 | "
+                        "- (at - s) | none |")
+    assert lines[3].startswith("| m.onnx | make eval (C MuJoCo) | 4.2 | yes (4.2) | fell |")
+    assert lines[4].startswith("| bad.onnx | make deploy ROBOT=sim | - | - | did not run: exit 2")
+    assert lines[-1] == "| m.onnx | 6574 | 131.46 | 0.780 | 0.430 - 0.850 |"
