@@ -20,13 +20,15 @@ import numpy as np
 import yaml
 
 from experiments import holosoma_models
+from policies.adapters import load_policy
 from policies.adapters.holosoma import BUILT_IN_WBT
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results" / "tracking_policies.json"
 # eval rows of each model with one holosoma setting changed by a sidecar (policies.adapters.holosoma)
-VARIANTS = {"uniform_action_scale_1": {"action_scales_by_effort_limit_over_p_gain": False,
-                                       "policy_action_scale": 1.0}}
+# (a variant is run where it changes the action scale the adapter chose for the file)
+VARIANTS = {"uniform_action_scale_1": {"action_scales_by_effort_limit_over_p_gain": False, "policy_action_scale": 1.0},
+            "effort_rule": {"action_scales_by_effort_limit_over_p_gain": True, "policy_action_scale": 1.0}}
 
 
 def run_deploy(policy: Path, max_run_s: float) -> dict:
@@ -93,15 +95,19 @@ def variant_file(f: Path, name: str, label: str) -> Path:
     return (d / name).relative_to(REPO)
 
 
-def run(max_run_s: float, eval_s: float, keep: dict | None = None, redo=PARTS) -> dict:
+def run(max_run_s: float, eval_s: float, keep: dict | None = None, redo=PARTS,
+        models=holosoma_models.WBT_MODELS) -> dict:
     """The deploy, eval, sidecar-variant (deploy and eval) and extraction rows of both models; rows of `keep`
-    (an earlier results file) are kept for the parts not in `redo`."""
+    (an earlier results file) are kept for the parts not in `redo` and for the models not in `models`."""
     root = holosoma_models.models_dir()
     rows = {}
     for name in holosoma_models.WBT_MODELS:
         f = root / holosoma_models.WBT / name
         f = f.relative_to(REPO) if f.is_relative_to(REPO) else f
         old = (keep or {}).get("models", {}).get(name, {})
+        if name not in models and old:
+            rows[name] = old
+            continue
         row = rows[name] = {k: v for k, v in old.items() if k in ("eval", "variants", "extract")}
         if "deploy" in redo or not old:
             print(f"[tracking] {name}: make deploy ROBOT=sim for {max_run_s:g} s", flush=True)
@@ -113,8 +119,11 @@ def run(max_run_s: float, eval_s: float, keep: dict | None = None, redo=PARTS) -
             row["eval"] = run_eval(f, eval_s)
         if "variants" in redo or "variants" not in row:
             row["variants"] = {}
+            base = load_policy(REPO / f).spec.action_scales
             for label, side in VARIANTS.items():  # the same file with one holosoma setting changed by a sidecar
                 v = variant_file(f, name, label)
+                if load_policy(REPO / v).spec.action_scales == base:
+                    continue
                 print(f"[tracking] {name}: {label}: make deploy ROBOT=sim, make eval", flush=True)
                 row["variants"][label] = {"sidecar": side, "deploy": run_deploy(v, max_run_s),
                                           "eval": run_eval(v, eval_s)}
@@ -187,6 +196,8 @@ def main(argv=None) -> int:
                     help="make eval POLICY=...: seconds of the clip (default 0: the whole clip, then HOLD)")
     ap.add_argument("--redo", default=",".join(PARTS),
                     help=f"parts to run again ({', '.join(PARTS)}); the others are kept from --out when there")
+    ap.add_argument("--models", default=",".join(holosoma_models.WBT_MODELS),
+                    help="models to run (the others' rows are kept from --out)")
     ap.add_argument("--out", default=str(RESULTS))
     a = ap.parse_args(argv)
     redo = tuple(x for x in a.redo.split(",") if x)
@@ -195,7 +206,7 @@ def main(argv=None) -> int:
         ap.error(f"--redo: unknown parts {unknown} (of {', '.join(PARTS)})")
     keep = json.loads(Path(a.out).read_text()) if Path(a.out).is_file() else None
     try:
-        res = run(a.max_run_s, a.eval_s, keep, redo)
+        res = run(a.max_run_s, a.eval_s, keep, redo, tuple(a.models.split(",")))
     except holosoma_models.DownloadError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -227,7 +227,14 @@ def test_holosoma_wbt_models_read_with_the_graphs_reference(holosoma_models, nam
     robot_py = (holosoma_models / "holosoma_inference/config/config_values/robot.py").read_text()
     table = robot_py[robot_py.index("G1_29DOF_PER_JOINT_ACTION_SCALE = ("):]
     want = [float(x) for x in re.findall(r"[0-9]\.[0-9]+", table[:table.index(")")])]
-    np.testing.assert_allclose(sp.action_scales, want, rtol=1e-6)  # holosoma's own per-joint table
+    bound = {i.name: numpy_helper.to_array(i) for i in onnx.load(f).graph.initializer}.get(
+        "_wrapped_actor.actor.actor.action_scale")
+    if bound is None:  # PPO: raw actions, holosoma's own per-joint table (0.25 x effort limit / kp)
+        np.testing.assert_allclose(sp.action_scales, want, rtol=1e-6)
+    else:  # FastSAC: tanh x the distance from the default pose to the farther joint limit: offsets in rad
+        d = np.asarray(sp.default_joint_pos)
+        np.testing.assert_allclose(bound, np.maximum(g1.JOINT_POS_MAX - d, d - g1.JOINT_POS_MIN), atol=2e-3)
+        assert sp.action_scales == (1.0,) * 29
     r = PolicyRuntime(art)
     assert r.n_steps == frames - 1
     tab = graph_tables(f)

@@ -27,19 +27,23 @@ Whole-body-tracking models (inputs `obs` + `time_step`, outputs `actions`, `join
 BUILT_IN_WBT, holosoma-inference 0.1.3's `g1-29dof-wbt` config: observation `wbt` (sorted: actions,
 base_ang_vel, dof_pos, dof_vel, motion_command, motion_ref_ori_b = 154, scales 1), the loco default pose,
 anchor `torso_link` (robot config motion.body_name_ref), actions clipped to +-100, and the action scale
-from the metadata's `action_scale` when present, otherwise the BeyondMimic rule 0.25 x effort limit / kp
-per joint (task.action_scales_by_effort_limit_over_p_gain; effort limits of robots/g1.py; a sidecar with
-`action_scales_by_effort_limit_over_p_gain: false` uses its policy_action_scale instead). The observed
-size must be 154: any other is refused naming the key, the expected and the found size.
+(`_action_scales`): the metadata's `action_scale` when present; a sidecar's
+`action_scales_by_effort_limit_over_p_gain` (false: its policy_action_scale; true: the effort rule); 1
+when the graph squashes its actions to the joint limits around the default pose (FastSAC's tanh x
+per-joint bound: its output is the offset in rad); otherwise the BeyondMimic rule 0.25 x effort limit /
+kp per joint (task.action_scales_by_effort_limit_over_p_gain; effort limits of robots/g1.py). The
+observed size must be 154: any other is refused naming the key, the expected and the found size.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import yaml
 
-from policies.adapters.common import TIME_STEP, clip_frames, finish, io_shapes, metadata, term, to_motor_order
+from policies.adapters.common import (TIME_STEP, clip_frames, finish, io_shapes, metadata, tanh_bound, term,
+                                      to_motor_order)
 from policies.artifact import Artifact, ArtifactError, MotionSpec, joint_name_errors
 from policies.tracking import TrackingSpec
 from policies.observation import RUNTIME_TERMS
@@ -176,13 +180,24 @@ def read(path: Path, model, blob) -> Artifact:
         provenance={k: meta[k][:200] for k in ("wandb_run_path", "iteration") if k in meta}, **extra)
 
 
-def _action_scales(meta: dict, names, kp, where: str, cfg: dict) -> tuple[tuple[float, ...], str]:
+def _action_scales(meta: dict, names, kp, where: str, cfg: dict, model, default) -> tuple[tuple[float, ...], str]:
     """holosoma's WBT action scale (policies/wbt.py's resolution order): metadata action_scale (JSON or CSV,
-    one or per joint), else the effort rule 0.25 x effort limit / kp per joint, unless the config turns it
-    off (action_scales_by_effort_limit_over_p_gain: false), then policy_action_scale on every joint."""
+    one or per joint); else a sidecar's action_scales_by_effort_limit_over_p_gain (false: policy_action_scale
+    on every joint; true: the effort rule); else 1 when the graph squashes its actions to exactly the joint
+    limits around the default pose (tanh x max(q_max - default, default - q_min): FastSAC's actor, whose
+    output is then the target offset in rad); else the effort rule 0.25 x effort limit / kp per joint."""
     raw = meta.get("action_scale")
-    if raw is None and cfg.get("action_scales_by_effort_limit_over_p_gain", True) is False:
+    rule = cfg.get("action_scales_by_effort_limit_over_p_gain")
+    if raw is None and rule is False:
         return (float(cfg["policy_action_scale"]),) * len(names), "policy_action_scale (effort rule off)"
+    if raw is None and rule is None:
+        bound = tanh_bound(model, "actions")
+        mi = [g1.JOINT_NAMES.index(n) for n in names]
+        d = np.asarray(default, float)
+        span = np.maximum(g1.JOINT_POS_MAX[mi] - d, d - g1.JOINT_POS_MIN[mi])
+        if bound is not None and bound.shape == span.shape and np.allclose(bound, span, atol=2e-3):
+            return (1.0,) * len(names), ("1: the graph's tanh x per-joint scale spans the joint limits around the "
+                                         "default pose (its output is the target offset in rad)")
     if raw is None:
         lim = [float(g1.TORQUE_LIMIT[g1.JOINT_NAMES.index(n)]) for n in names]
         return tuple(EFFORT_RULE * t / float(k) for t, k in zip(lim, kp)), "0.25 x effort limit / kp"
@@ -213,7 +228,7 @@ def _wbt_fields(path: Path, model, meta: dict, cfg: dict, names, kp, ins, outs) 
                             "re-export with the motion baked in")
     if ins[TIME_STEP] != [1, 1]:
         raise ArtifactError(f"{where}: ONNX input 'time_step' has shape {ins[TIME_STEP]}, expected [1, 1]")
-    scales, how = _action_scales(meta, names, kp, where, cfg)
+    scales, how = _action_scales(meta, names, kp, where, cfg, model, cfg["default_dof_angles"])
     anchor = cfg.get("anchor_body", "torso_link")
     tr = TrackingSpec(anchor_body=anchor, anchor_pos="ref_pos_xyz" if "ref_pos_xyz" in outs else "",
                       anchor_quat="ref_quat_xyzw" if "ref_quat_xyzw" in outs else "", quat_order="xyzw")
