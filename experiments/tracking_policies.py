@@ -22,6 +22,7 @@ import yaml
 from experiments import holosoma_models
 from policies.adapters import load_policy
 from policies.adapters.holosoma import BUILT_IN_WBT
+from robots.physics import tilt_angle
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results" / "tracking_policies.json"
@@ -77,7 +78,9 @@ def extract_row(policy: Path, name: str) -> dict:
     s = summary(m)
     d = np.load(out)
     root = d["joint_pos"]
-    return {"command": "python -m motions extract <onnx> <npz> --preview", "frames": int(root.shape[0]),
+    tilt = np.degrees([tilt_angle(q) for q in root[:, 3:7]])
+    return {"max_pelvis_tilt_deg": float(tilt.max()), "max_pelvis_tilt_at_s": float(np.argmax(tilt) / d["fps"][0]),
+            "command": "python -m motions extract <onnx> <npz> --preview", "frames": int(root.shape[0]),
             "duration_s": s["duration_s"], "min_pelvis_height_m": s["min_pelvis_height_m"],
             "max_pelvis_height_m": s["max_pelvis_height_m"], "start_pelvis_height_m": float(root[0, 2]),
             "flight_time_s": s["flight_time_s"]}
@@ -159,13 +162,14 @@ def render_tracking_policies_table(results: dict) -> str:
         for label, v in r.get("variants", {}).items():
             rows += _rows(name, f"make deploy ROBOT=sim, sidecar {label}", v["deploy"])
             rows += _rows(name, f"make eval, sidecar {label}", _eval_row(v["eval"]))
-    ext = ["", "| model | `python -m motions extract`: frames | s | pelvis at start (m) | pelvis min - max (m) |",
-           "|---|---|---|---|---|"]
+    ext = ["", "| model | `python -m motions extract`: frames | s | pelvis at start (m) | pelvis min - max (m) "
+           "| reference's max pelvis tilt |", "|---|---|---|---|---|---|"]
     for name, r in results["models"].items():
         e = r.get("extract")
         if e and "error" not in e:
             ext.append(f"| {name} | {e['frames']} | {e['duration_s']:.2f} | {e['start_pelvis_height_m']:.3f} | "
-                       f"{e['min_pelvis_height_m']:.3f} - {e['max_pelvis_height_m']:.3f} |")
+                       f"{e['min_pelvis_height_m']:.3f} - {e['max_pelvis_height_m']:.3f} | "
+                       f"{e['max_pelvis_tilt_deg']:.1f} deg at {e['max_pelvis_tilt_at_s']:.1f} s |")
         elif e:
             ext.append(f"| {name} | failed: {e['error'][:120]} | | | |")
     return head + "\n".join(rows) + "\n" + ("\n".join(ext) + "\n" if len(ext) > 3 else "")

@@ -395,11 +395,12 @@ def test_tracking_policies_table_renders_each_run():
                                  "tracking": tr,
                                  "eval": {"policy_s": 4.2, "fell": True, "fell_at_s": 4.22, "tracking": tr},
                                  "extract": {"frames": 6574, "duration_s": 131.46, "start_pelvis_height_m": 0.78,
-                                             "min_pelvis_height_m": 0.43, "max_pelvis_height_m": 0.85}},
+                                             "min_pelvis_height_m": 0.43, "max_pelvis_height_m": 0.85,
+                                             "max_pelvis_tilt_deg": 43.52, "max_pelvis_tilt_at_s": 65.52}},
                       "bad.onnx": {"error": "exit 2: policy artifact rejected"}}}
     lines = render_tracking_policies_table(res).splitlines()
     assert lines[2] == ("| m.onnx | make deploy ROBOT=sim | 66.0 | no | POLICY | 0.141 | 0.200 (at 48 s) | 0.070 | "
                         "- (at - s) | none |")
     assert lines[3].startswith("| m.onnx | make eval (C MuJoCo) | 4.2 | yes (4.2) | fell |")
     assert lines[4].startswith("| bad.onnx | make deploy ROBOT=sim | - | - | did not run: exit 2")
-    assert lines[-1] == "| m.onnx | 6574 | 131.46 | 0.780 | 0.430 - 0.850 |"
+    assert lines[-1] == "| m.onnx | 6574 | 131.46 | 0.780 | 0.430 - 0.850 | 43.5 deg at 65.5 s |"
