@@ -23,7 +23,7 @@ DEPLOY_VENV := .venv-deploy
 VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
 PYTHON ?= python3
 
-.PHONY: setup setup-deploy lint-imports test test-slow gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table landing-search forward-jump-search forward-jump-far toe-jump-search contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
+.PHONY: setup setup-deploy lint-imports test test-slow gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table landing-search forward-jump-search forward-jump-far toe-jump-search contact-figure bridge-creep train export eval sim deploy tracking-policies soak calibrate bench clean lo-multicast
 
 setup: $(STAMP)
 
@@ -78,13 +78,17 @@ export: setup
 	$(PY) -m train.export --run $(RUN) $(ARGS)
 
 eval: setup
-	$(PY) -m eval --motion $(MOTION) $(if $(CALIB),--calibration $(CALIB)) $(ARGS)
+	$(PY) -m eval $(if $(POLICY),--policy $(POLICY),--motion $(MOTION)) $(if $(CALIB),--calibration $(CALIB)) $(ARGS)
 
 sim: setup lo-multicast
 	$(PY) -m sim $(ARGS)
 
 deploy: $(VENV)/.installed lo-multicast
 	$(VENV)/bin/python -m deploy.cli --robot $(ROBOT) --motion $(MOTION) $(if $(POLICY),--policy $(POLICY)) $(if $(NET_IF),--net-if $(NET_IF)) $(ARGS)
+
+# holosoma's two G1 dance models through make deploy ROBOT=sim (70 s each, one after another): results/tracking_policies.json
+tracking-policies: $(VENV)/.installed lo-multicast
+	$(VENV)/bin/python -m experiments.tracking_policies $(ARGS)
 
 # the loop against the sim bridge in real time for MINUTES, pushes and a scripted remote: runs/soak/<stamp>/soak.json
 soak: $(VENV)/.installed lo-multicast

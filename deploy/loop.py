@@ -86,6 +86,7 @@ class ControlLoop:
                                                 run_s=velocity.run_s(cfg.velocity, cfg.policy_s, art.spec.kind),
                                                 backend=cfg.policy_backend)
         self.cmd_log = Columns(dict(t=(), cmd=(3,)))  # velocity policies: the command of each policy step
+        self.track_log = Columns(dict(t=(), step=(), joint_sq=(), anchor_err=()))  # tracking policies, per step
         rt_ = self.runtime  # a policy's own gains are sent in POLICY (STAND_UP/HOLD keep robots/g1.py's)
         self._policy_gains = None if (np.array_equal(rt_.kp, g1.KP) and np.array_equal(rt_.kd, g1.KD)) else (rt_.kp, rt_.kd)
         self.sim = sim_client
@@ -299,9 +300,14 @@ class ControlLoop:
         t0, c0 = time.monotonic(), time.thread_time()
         cmd = velocity.policy_command(self.cfg.velocity, self.runtime.spec, wake - self.t0, st.remote) \
             if self.runtime.kind == "velocity" else None
-        out = self.runtime.step(step, st.q, st.dq, est.gyro, st.quat, est.base_lin_vel, est.base_height, command=cmd)
+        out = self.runtime.step(step, st.q, st.dq, est.gyro, st.quat, est.base_lin_vel, est.base_height, command=cmd,
+                                base_pos=est.base_pos)
         if cmd is not None:
             self.cmd_log.append(t=wake - self.t0, cmd=self.runtime.command)
+        tr = self.runtime.tracking
+        if tr is not None:
+            self.track_log.append(t=wake - self.t0, step=step, joint_sq=float(np.mean(tr.joint_error ** 2)),
+                                  anchor_err=tr.anchor_ori_error if tr.needs_anchor else np.nan)
         t1, c1 = time.monotonic(), time.thread_time()
         self._last_step = step
         self._policy_target = out.target

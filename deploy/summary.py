@@ -14,6 +14,7 @@ import numpy as np
 from deploy.log import LOG_FILE, new_run_dir, pct, plot_run, read_log, write_json
 from deploy import velocity
 from deploy.state_machine import STATES, State, state_index
+from policies.tracking import tracking_summary
 from robots import g1
 from robots.physics import FALL_DEFINITION, fallen
 
@@ -84,6 +85,7 @@ def write_results(loop: ControlLoop, final_state: str, end_t: float) -> dict:
                    "backend": getattr(loop.runtime, "backend", None),
                    "backend_reason": getattr(loop.runtime, "backend_reason", None)},
         "velocity": _velocity(loop, ticks) if loop.runtime.kind == "velocity" else None,
+        "tracking": _tracking(loop) if getattr(loop.runtime, "tracking", None) is not None else None,
         **log_info,
         "run_dir": str(run_dir),
     }
@@ -99,6 +101,14 @@ def write_results(loop: ControlLoop, final_state: str, end_t: float) -> dict:
         except Exception as e:  # noqa: BLE001 - the plot must not lose the run's log
             loop.echo(f"[deploy] plot failed: {e}")
     return summary
+
+
+def _tracking(loop: ControlLoop) -> dict:
+    """Joint RMS and anchor orientation error against the graph's own reference (policies.tracking)."""
+    c = loop.track_log.arrays()
+    rt = loop.runtime
+    return tracking_summary(c["t"], c["joint_sq"], c["anchor_err"], rt.tracking.ref.frames,
+                            int(c["step"].max()) + 1 if len(c["step"]) else 0)
 
 
 def _velocity(loop: ControlLoop, ticks: dict) -> dict | None:

@@ -1,4 +1,4 @@
-"""`python -m eval --motion jump [--episodes 20] [--seed 0] [--no-dr] [--no-video] [--hold S]
+"""`python -m eval --motion jump | --policy <onnx or folder> [--duration S] [--episodes 20] [--seed 0] [--no-dr] [--no-video] [--hold S]
 [--artifacts DIR] [--out DIR] [--calibration YAML | --bridge-perturbation K=V,...]`
 (`make eval MOTION=jump [CALIB=calibration/<id>.yaml] ARGS=...`): prints the table and the path
 of eval.json; exit 2 when the evaluation cannot run, 0 otherwise (falls included)."""
@@ -11,12 +11,16 @@ from pathlib import Path
 from eval.bridge_setup import PERTURBATION_KEYS, from_calibration, parse_perturbation
 from eval.config import EVAL_ROOT, DRConfig, EvalConfig, EvalError
 from eval.evaluate import evaluate
+from eval.policy_eval import evaluate_policy, format_policy_table
 from eval.report import format_table
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eval", description="Sim-to-sim evaluation in C MuJoCo")
-    ap.add_argument("--motion", required=True)
+    ap.add_argument("--motion", help="a native artifact policies/g1/<motion> (or give --policy)")
+    ap.add_argument("--policy", help="any policy the runtime loads: a third-party .onnx or folder (eval.policy_eval)")
+    ap.add_argument("--duration", type=float, default=None,
+                    help="--policy: seconds of policy (tracking: at most the clip; velocity: default 10)")
     ap.add_argument("--episodes", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-dr", action="store_true", help="no domain randomisation or pushes")
@@ -29,8 +33,10 @@ def main(argv=None) -> int:
     ap.add_argument("--bridge-perturbation", metavar="K=V,...",
                     help="evaluate on a hidden robot: " + ", ".join(PERTURBATION_KEYS) + " (eval.bridge_setup)")
     args = ap.parse_args(argv)
+    if not args.motion and not args.policy:
+        ap.error("give --motion (make eval MOTION=...) or --policy (make eval POLICY=...)")
     cfg = EvalConfig(episodes=args.episodes, seed=args.seed, video=not args.no_video, hold_s=args.hold,
-                     dr=DRConfig(enabled=not args.no_dr))
+                     dr=DRConfig(enabled=not args.no_dr), duration_s=args.duration)
     try:
         bridge = None
         if args.calibration and args.bridge_perturbation:
@@ -40,6 +46,11 @@ def main(argv=None) -> int:
             bridge = from_calibration(args.calibration)
         elif args.bridge_perturbation is not None:
             bridge = parse_perturbation(args.bridge_perturbation)
+        if args.policy:
+            summary, out = evaluate_policy(args.policy, cfg, Path(args.out), bridge=bridge)
+            print(format_policy_table(summary))
+            print(out / "eval.json")
+            return 0
         summary, out = evaluate(args.motion, cfg, Path(args.artifacts) if args.artifacts else None, Path(args.out),
                                 bridge=bridge)
     except EvalError as e:

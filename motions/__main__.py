@@ -1,4 +1,5 @@
 """python -m motions list | preview <name or path (.yaml, .npz, .csv)> [--out PNG] | compose <spec.yaml> <out.npz>
+| extract <tracking.onnx> <out.npz> [--preview]
 
 `preview` prints the motion's duration, rate, frames, contact phases, flight windows and key
 numbers, and writes the preview plot (default runs/motions/<name>.png). Exit status 2 with the
@@ -66,7 +67,22 @@ def main(argv=None) -> int:
                         "the legs solved so the feet stay planted (motions/compose.py)")
     cp.add_argument("spec", help="the waypoint YAML, e.g. motions/compose/reach_twist.yaml")
     cp.add_argument("out", help="the .npz to write (in motions/ it is found by name)")
+    ex = sub.add_parser("extract", help="write the reference baked into a whole-body-tracking ONNX (BeyondMimic / "
+                        "mjlab, holosoma) as a clip (.npz) (motions/tracking_onnx.py)")
+    ex.add_argument("onnx", help="the tracking policy's .onnx")
+    ex.add_argument("out", help="the .npz to write")
+    ex.add_argument("--preview", action="store_true", help="then preview the written clip")
     args = ap.parse_args(argv)
+    if args.cmd == "extract":
+        from motions.tracking_onnx import extract
+
+        try:
+            out = extract(args.onnx, args.out)
+        except MotionError as e:
+            print(f"error: {e}")
+            return 2
+        print(out)
+        return _preview(str(out), None) if args.preview else 0
     if args.cmd == "preview":
         return _preview(args.motion, args.out)
     if args.cmd == "compose":

@@ -21,7 +21,8 @@ import numpy as np
 import onnx
 import yaml
 
-from policies.observation import MAX_HISTORY, RUNTIME_TERMS, TERMS, ObsTermSpec, obs_size
+from policies.observation import MAX_HISTORY, RUNTIME_TERMS, TERMS, TRACKING_TERMS, ObsTermSpec, obs_size
+from policies.tracking import TrackingSpec
 from robots import g1
 from robots.gains import gain_errors
 
@@ -70,6 +71,7 @@ class PolicySpec:
     input_name: str = INPUT_NAME
     output_name: str = OUTPUT_NAME
     time_step_input: str = ""  # ONNX input fed the policy step (tracking policies)
+    tracking: TrackingSpec | None = None  # where a tracking graph keeps its reference (policies.tracking)
     source: str = ""  # the files the description was read from, and which values are built-in defaults
 
     @property
@@ -228,11 +230,39 @@ def validate_for_robot(spec: PolicySpec) -> None:
             errs.append(f"command range {name}: [{lo}, {hi}] (names {COMMAND_NAMES}, finite, low <= high)")
     if spec.kind == "velocity" and not any(t.name.startswith("velocity_command") for t in spec.observation):
         errs.append("a velocity policy without a velocity command term in its observation")
+    errs += tracking_errors(spec)
     if spec.kind != "velocity" and not (0 < spec.motion.duration < 600):
         errs.append(f"motion duration {spec.motion.duration} s is out of range")
     if errs:
         raise ArtifactError("policy artifact does not match this robot" + where + ":\n  - " + "\n  - ".join(errs)
                             + "\nRe-train/re-export for this robot, or fix robots/g1.py if the robot changed.")
+
+
+def tracking_errors(spec: PolicySpec) -> list[str]:
+    """Tracking terms need a tracking graph, and the anchor terms a G1 anchor body and its reference pose."""
+    from robots.body_frames import g1_body_names
+
+    used = {t.name for t in spec.observation} & TRACKING_TERMS
+    tr = spec.tracking
+    if not used:
+        return []
+    if tr is None or not spec.time_step_input:
+        return [f"observation terms {sorted(used)} need a tracking graph (a time_step input and the reference "
+                "outputs joint_pos, joint_vel and the anchor pose)"]
+    errs = []
+    anchor_terms = used - {"motion_command"}
+    if anchor_terms and tr.anchor_body not in g1_body_names():
+        errs.append(f"anchor body {tr.anchor_body!r} (metadata anchor_body_name) is not a G1 body (its bodies: "
+                    f"{', '.join(g1_body_names())}); re-export with one of them, usually torso_link")
+    if anchor_terms and not tr.anchor_quat:
+        errs.append(f"observation terms {sorted(anchor_terms)} need the reference anchor orientation among the "
+                    "graph's outputs (body_quat_w or ref_quat_xyzw)")
+    if "motion_anchor_pos_b" in used and not tr.anchor_pos:
+        errs.append("observation term motion_anchor_pos_b needs the reference anchor position among the graph's "
+                    "outputs (body_pos_w or ref_pos_xyz)")
+    if tr.quat_order not in ("wxyz", "xyzw"):
+        errs.append(f"reference quaternion order {tr.quat_order!r} must be wxyz or xyzw")
+    return errs
 
 
 def joint_name_errors(names, key: str = "joint names") -> list[str]:

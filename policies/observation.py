@@ -116,7 +116,12 @@ RUNTIME_TERMS: dict[str, tuple[int, str]] = {
     "velocity_command_yaw": (1, "commanded ang_vel_z, rad/s"),
     "gait_phase_sin": (2, "sin of the left/right gait phase (holosoma)"),
     "gait_phase_cos": (2, "cos of the left/right gait phase (holosoma)"),
+    # whole-body tracking (policies.tracking): the reference the graph outputs at the step, and the anchor
+    "motion_command": (2 * g1.NUM_MOTORS, "reference joint positions (rad) then velocities (rad/s) at the step"),
+    "motion_anchor_ori_b": (6, "reference anchor orientation in the robot anchor's frame: 2 matrix columns"),
+    "motion_anchor_pos_b": (3, "reference anchor position in the robot anchor's frame, m (estimated)"),
 }
+TRACKING_TERMS = frozenset({"motion_command", "motion_anchor_ori_b", "motion_anchor_pos_b"})
 
 
 def build_observation(specs: Sequence[ObsTermSpec], inputs: ObsInputs, xp=np):

@@ -25,7 +25,9 @@ Adapted (third-party) artifacts (spec.format != "native", policies.adapters) run
 - velocity policies observe the command given to `step` (clipped to the artifact's command ranges) and,
   with gait_period > 0, holosoma's two-foot gait phase (starts at [0, pi], advances 2 pi dt / period
   before each observation, both feet at pi while the command is ~0); tracking policies get the policy
-  step on their time_step input and end after their clip.
+  step on their time_step input and end after their clip; their reference (the graph's `joint_pos` /
+  `joint_vel` / anchor pose outputs at each time step) is read from the graph at load and observed through
+  policies.tracking (the step's reference, the anchor relative to it, aligned to the robot at step 0).
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ import onnxruntime as ort
 from policies.action import action_to_joint_target
 from policies.artifact import Artifact, ArtifactError
 from policies.observation import ObservationBuffer, ObsInputs, build_observation, reference_window
+from policies.tracking import TrackingError, TrackingTerms, read_reference
 from robots import g1
 from robots.physics import projected_gravity
 
@@ -188,6 +191,15 @@ class PolicyRuntime:
         dims = _fixed_dims(self.session, self._feed)
         if dims:  # this runtime only ever feeds these shapes (batch 1)
             self.session = make_session(art.onnx_bytes, threads, dims)
+        self.tracking: TrackingTerms | None = None
+        self._base_pos = None
+        if spec.tracking is not None:  # the reference: the graph's own outputs at every time step of the clip
+            try:
+                ref = read_reference(self.session, spec.tracking, self._feed, spec.time_step_input,
+                                     self.n_steps + 1, len(spec.motor_index))
+                self.tracking = TrackingTerms(spec.tracking, ref, spec.motor_index)
+            except (TrackingError, ValueError) as e:
+                raise ArtifactError(f"{art.path}: tracking reference rejected: {e}") from e
         self._lo, self._hi = np.full(3, -np.inf), np.full(3, np.inf)
         for j, name in enumerate(("lin_vel_x", "lin_vel_y", "ang_vel_z")):
             r = spec.command_range(name)
@@ -249,6 +261,8 @@ class PolicyRuntime:
         self._standing = False
         self._frames = 0
         self._time_step = 0
+        if getattr(self, "tracking", None) is not None:
+            self.tracking.reset()
         for h in getattr(self, "_hist", ()):
             h[:] = 0.0
 
@@ -304,6 +318,12 @@ class PolicyRuntime:
             return base_lin_vel
         if name == "base_height":
             return np.asarray(base_height, float).reshape(1) - g1.DEFAULT_BASE_HEIGHT
+        if name == "motion_command":
+            return self.tracking.command
+        if name == "motion_anchor_ori_b":
+            return self.tracking.anchor_ori_b
+        if name == "motion_anchor_pos_b":
+            return self.tracking.anchor_pos_b
         raise ArtifactError(f"observation term {name!r} is not built by this runtime")  # validated before
 
     def observe(self, step: int, q, dq, gyro, quat, base_lin_vel, base_height) -> np.ndarray:
@@ -325,6 +345,8 @@ class PolicyRuntime:
             return build_observation(self.terms, inputs).astype(np.float32)
         obs = np.empty(self.n_obs, np.float32)
         first = self._frames == 0
+        if self.tracking is not None:
+            self.tracking.update(step, q, np.asarray(quat, float), self._base_pos)
         for t, h, sc, sl in zip(self.terms, self._hist, self._scale, self._slices):
             v = self._raw_term(t.name, q, dq, np.asarray(gyro, float), np.asarray(quat, float),
                                np.asarray(base_lin_vel, float), base_height)
@@ -362,7 +384,11 @@ class PolicyRuntime:
         target[self.mi] = self.offset + self.scales * a
         return target
 
-    def step(self, step: int, q, dq, gyro, quat, base_lin_vel, base_height, command=None) -> PolicyOutput:
+    def step(self, step: int, q, dq, gyro, quat, base_lin_vel, base_height, command=None,
+             base_pos=None) -> PolicyOutput:
+        """One policy step. base_pos: the pelvis' estimated world position (tracking policies with an anchor
+        position term; None reads as the origin)."""
+        self._base_pos = base_pos
         nt = self._native
         if nt is not None and 0 <= step <= nt.n_steps and command is None:
             # observation, network and target in one compiled call: the same numbers as the path below

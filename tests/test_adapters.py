@@ -5,9 +5,6 @@ same state must give the same targets as the native artifact), IsaacLab history 
 bounds, the safety gate with the gains sent, and every refusal naming its key."""
 import json
 import shutil
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +14,7 @@ import yaml
 from onnx import TensorProto, helper, numpy_helper
 
 from deploy.preflight import PreflightError, check_artifact
+from experiments import holosoma_models as holosoma_files
 from policies.adapters import detect, load_policy
 from policies.adapters.export import ISAAC_ORDER, export_mjlab, export_rl_lab
 from policies.artifact import ArtifactError, load_artifact
@@ -26,28 +24,18 @@ from robots.gains import KD_MAX, KP_MAX, gain_errors
 from safety.limits import Command, Limits, Trip, check_command
 
 REPO = Path(__file__).resolve().parent.parent
-HOLO_CACHE = REPO / ".cache" / "holosoma"
-HOLO_WHEEL = "holosoma_inference-0.1.3-py3-none-any.whl"
-LOCO = "holosoma_inference/models/loco/g1_29dof"
+HOLO_CACHE = holosoma_files.CACHE
+LOCO = holosoma_files.LOCO
 UP = np.array([1.0, 0.0, 0.0, 0.0])
 
 
 @pytest.fixture(scope="module")
 def holosoma_models():
-    """holosoma-inference 0.1.3's model files, from `pip download --no-deps` into .cache/holosoma
-    (never committed: the wheel carries no licence file, so nothing from it is shipped)."""
-    wheel = HOLO_CACHE / HOLO_WHEEL
-    if not wheel.is_file():
-        HOLO_CACHE.mkdir(parents=True, exist_ok=True)
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "holosoma-inference==0.1.3",
-                            "-d", str(HOLO_CACHE)], capture_output=True, text=True, timeout=300)
-        if r.returncode != 0 or not wheel.is_file():
-            pytest.skip(f"holosoma-inference 0.1.3 cannot be downloaded here: {r.stderr.strip()[-200:]}")
-    out = HOLO_CACHE / "x"
-    if not (out / LOCO / "ppo_g1_29dof.onnx").is_file():
-        with zipfile.ZipFile(wheel) as z:
-            z.extractall(out)
-    return out
+    """holosoma-inference 0.1.3's model files (experiments.holosoma_models: PyPI wheel, cached)."""
+    try:
+        return holosoma_files.models_dir()
+    except holosoma_files.DownloadError as e:
+        pytest.skip(str(e))
 
 
 @pytest.fixture(scope="module")
@@ -100,11 +88,6 @@ def test_holosoma_loco_models_read_and_observe_in_sorted_order(holosoma_models, 
     np.testing.assert_allclose(out2.obs[35:37], [-1, -1], atol=1e-9)
 
 
-def test_holosoma_wbt_refused_naming_the_terms(holosoma_models):
-    with pytest.raises(PreflightError, match="motion_ref_ori_b"):
-        check_artifact(holosoma_models / "holosoma_inference/models/wbt/ppo_g1_29dof_dancing.onnx")
-
-
 def test_holosoma_sidecar_replaces_the_defaults_and_missing_keys_are_named(holosoma_models, tmp_path):
     f = tmp_path / "loco.onnx"
     shutil.copy(holosoma_models / LOCO / "ppo_g1_29dof.onnx", f)
@@ -155,7 +138,7 @@ def test_exported_files_carry_the_formats_exact_keys(jump, tmp_path):
                                                   "left_hip_roll_joint"]
     assert meta["joint_stiffness"].split(",")[:3] == ["100.000", "100.000", "60.000"]  # 3 decimals, policy order
     assert [i.name for i in m.graph.input] == ["obs", "time_step"]
-    assert [o.name for o in m.graph.output] == ["actions", "joint_pos", "joint_vel"]
+    assert [o.name for o in m.graph.output] == ["actions", "joint_pos", "joint_vel", "body_pos_w", "body_quat_w"]
     d = yaml.safe_load((export_rl_lab(jump, tmp_path / "rl") / "params" / "deploy.yaml").read_text())
     assert list(d) == ["joint_ids_map", "step_dt", "stiffness", "damping", "default_joint_pos", "commands", "actions",
                        "observations"]

@@ -77,11 +77,15 @@ def test_jump_as_mjlab_tracking_policy_completes_its_clip(tmp_path):
     assert [t["to"] for t in s["transitions"]] == ["STAND_UP", "HOLD", "POLICY", "HOLD"]
     assert s["policy_ticks"] == 230  # time_step 0..229: the whole clip, then HOLD
     assert s["gt_flight_s"] > 0.1  # it jumped: both feet off the floor in the bridge's ground truth
+    tr = s["tracking"]  # against the graph's own reference (joint_pos output at each time step)
+    assert (tr["policy_steps"], tr["clip_frames"], tr["clip_ended"]) == (230, 231, True), tr
+    assert 0.0 < tr["joint_rms_rad"] <= tr["joint_rms_worst_s_rad"] < 0.5, tr
 
 
 @pytest.mark.dds
 def test_bad_third_party_policy_refused_with_nothing_sent(dds_domain, tmp_path):
     from tests.test_adapters import probe_onnx
+    from tests.test_tracking import BM_154, bm_file
 
     probe_onnx(10, tmp_path / "plain.onnx")
     o = LowCmdObserver(dds_domain)
@@ -94,5 +98,8 @@ def test_bad_third_party_policy_refused_with_nothing_sent(dds_domain, tmp_path):
             r = run_cli("--robot", "sim", "--no-bridge", "--domain", dds_domain, "--motion", "hop",
                         "--velocity", "0.5,0,0@5-10", "--run-root", tmp_path)
             assert_refused(r, o, "--velocity given, but", "is a motion policy", since=t0)
+            bad = bm_file(tmp_path / "bm160.onnx", names=BM_154, n_obs=160)  # 154 listed, the network takes 160
+            r = run_cli("--robot", "sim", "--no-bridge", "--domain", dds_domain, "--policy", bad, "--run-root", tmp_path)
+            assert_refused(r, o, "policy artifact rejected", "expected 154, found 160", since=t0)
     finally:
         o.close()

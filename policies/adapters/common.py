@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from policies.artifact import Artifact, ArtifactError, MotionSpec, PolicySpec, ROBOT, validate_for_robot
 from policies.observation import RUNTIME_TERMS, ObsTermSpec
@@ -57,12 +58,40 @@ def to_motor_order(values, policy_names, key: str, where: str) -> tuple[float, .
 
 def clip_frames(model: onnx.ModelProto, n_joints: int = g1.NUM_MOTORS) -> int | None:
     """Frames of the reference baked into a tracking graph: the leading size of the (T, n_joints)
-    table a Gather reads (BeyondMimic / mjlab and our own exporter store the clip that way)."""
+    table a Gather reads (an initializer or a Constant node: BeyondMimic / mjlab, holosoma and our own
+    exporter store the clip that way)."""
     init = {i.name: list(i.dims) for i in model.graph.initializer}
+    for n in model.graph.node:  # tables held by Constant nodes (holosoma's exporter)
+        if n.op_type == "Constant":
+            init.update({n.output[0]: list(a.t.dims) for a in n.attribute if a.name == "value"})
     frames = [init[n.input[0]][0] for n in model.graph.node
               if n.op_type == "Gather" and n.input and n.input[0] in init
               and len(init[n.input[0]]) == 2 and init[n.input[0]][1] == n_joints]
     return max(frames) if frames else None
+
+
+def constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The graph's constant tensors: initializers and Constant nodes' values, by name."""
+    out = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "Constant":
+            out.update({n.output[0]: numpy_helper.to_array(a.t) for a in n.attribute if a.name == "value"})
+    return out
+
+
+def tanh_bound(model: onnx.ModelProto, output: str) -> np.ndarray | None:
+    """The per-entry bound S of an output computed as tanh(x) * S (+ b): SAC actors squash their actions so;
+    None for any other last layer."""
+    consts = constants(model)
+    prod = {o: n for n in model.graph.node for o in n.output}
+    node = prod.get(output)
+    if node is not None and node.op_type == "Add":  # + bias
+        node = next((prod[i] for i in node.input if i in prod and prod[i].op_type == "Mul"), None)
+    if node is None or node.op_type != "Mul":
+        return None
+    scale = [consts[i] for i in node.input if i in consts]
+    tanh = [i for i in node.input if i in prod and prod[i].op_type == "Tanh"]
+    return np.asarray(scale[0], float).reshape(-1) if len(scale) == 1 and len(tanh) == 1 else None
 
 
 def term(canonical: str, source: str, scale=1.0, history: int = 1, clip=None) -> ObsTermSpec:

@@ -10,7 +10,9 @@ and scaled as deploy.yaml says for rl_lab, joints in the exported order) and `ti
 reference (q_ref - default at t+1..t+3, pelvis height, the motion phase) is baked into the graph and
 gathered by time_step, the observation is reassembled in our order and scaled inside the graph,
 and the actions leave in the exported joint order (BeyondMimic's layout: the motion lives in the
-graph). Outputs: `actions`, and the reference `joint_pos` / `joint_vel` at time_step.
+graph). Outputs: `actions`, and the reference at time_step: `joint_pos` / `joint_vel` (exported order),
+`body_pos_w` / `body_quat_w` [1, 1, 3|4] of the one body in `body_names`, the pelvis (upright at the
+reference's height).
 """
 from __future__ import annotations
 
@@ -68,12 +70,17 @@ def wrap_graph(art: Artifact, order, ext_scales: dict[str, float]) -> onnx.Model
     ref_h = art.ref_height - g1.DEFAULT_BASE_HEIGHT
     ref_abs = art.ref_q[:, order]
     ref_vel = np.gradient(art.ref_q, spec.control_dt, axis=0)[:, order]
+    # body poses (BeyondMimic's body_pos_w / body_quat_w, w x y z): the one body the reference knows, the
+    # pelvis, upright above the origin at the reference's height
+    body_pos = np.stack([np.zeros(T), np.zeros(T), np.asarray(art.ref_height, float)], 1)[:, None, :]
+    body_quat = np.tile([1.0, 0.0, 0.0, 0.0], (T, 1, 1))
     inits = [_c("rt_idx", idx, np.int64), _c("rt_unscale", unscale[None]), _c("rt_scale", scale[None]),
              _c("rt_refq", ref_rel), _c("rt_refh", ref_h), _c("rt_refq_abs", ref_abs), _c("rt_refv", ref_vel),
              _c("rt_look", np.arange(1, REF_LOOKAHEAD + 1), np.int64), _c("rt_zero", 0, np.int64),
              _c("rt_last", T - 1, np.int64), _c("rt_flat1", [-1], np.int64), _c("rt_row", [1, -1], np.int64),
              _c("rt_phase_k", np.pi * spec.control_dt / spec.motion.duration), _c("rt_pi", np.pi),
-             _c("rt_f0", 0.0), _c("rt_f1", 1.0), _c("rt_out", order, np.int64)]
+             _c("rt_f0", 0.0), _c("rt_f1", 1.0), _c("rt_out", order, np.int64), _c("rt_bpos", body_pos),
+             _c("rt_bquat", body_quat)]
     N = helper.make_node
     nodes = [
         N("Gather", ["obs", "rt_idx"], ["rt_g"], axis=1),
@@ -91,6 +98,8 @@ def wrap_graph(art: Artifact, order, ext_scales: dict[str, float]) -> onnx.Model
         N("Clip", ["rt_ts", "rt_zero", "rt_last"], ["rt_now"]),
         N("Gather", ["rt_refq_abs", "rt_now"], ["joint_pos"], axis=0),
         N("Gather", ["rt_refv", "rt_now"], ["joint_vel"], axis=0),
+        N("Gather", ["rt_bpos", "rt_now"], ["body_pos_w"], axis=0),
+        N("Gather", ["rt_bquat", "rt_now"], ["body_quat_w"], axis=0),
     ]
     net = onnx.load_from_string(art.onnx_bytes)
     g = net.graph
@@ -104,7 +113,9 @@ def wrap_graph(art: Artifact, order, ext_scales: dict[str, float]) -> onnx.Model
          helper.make_tensor_value_info("time_step", TensorProto.FLOAT, [1, 1])],
         [helper.make_tensor_value_info("actions", TensorProto.FLOAT, [1, g1.NUM_MOTORS]),
          helper.make_tensor_value_info("joint_pos", TensorProto.FLOAT, [1, g1.NUM_MOTORS]),
-         helper.make_tensor_value_info("joint_vel", TensorProto.FLOAT, [1, g1.NUM_MOTORS])],
+         helper.make_tensor_value_info("joint_vel", TensorProto.FLOAT, [1, g1.NUM_MOTORS]),
+         helper.make_tensor_value_info("body_pos_w", TensorProto.FLOAT, [1, 1, 3]),
+         helper.make_tensor_value_info("body_quat_w", TensorProto.FLOAT, [1, 1, 4])],
         initializer=inits + list(g.initializer))
     model = helper.make_model(graph, opset_imports=list(net.opset_import), ir_version=net.ir_version)
     onnx.checker.check_model(model)

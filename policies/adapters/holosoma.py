@@ -20,23 +20,37 @@ policies"):
 or, for holosoma-inference 0.1.3's published G1 29-DoF locomotion models (input `actor_obs` [1, 100],
 the G1's 29 dof_names), from BUILT_IN_LOCO below: the values of its `g1-29dof-loco` config
 (robot g1_29dof, observation loco_g1_29dof, task locomotion), used only when no sidecar exists and
-stated in the artifact's `source`. Whole-body-tracking models (`obs` + `time_step`) need terms this
-runtime does not build (motion_command fed back from the graph, motion_ref_ori_b from torso
-kinematics) and are refused with those names.
+stated in the artifact's `source`.
+
+Whole-body-tracking models (inputs `obs` + `time_step`, outputs `actions`, `joint_pos`, `joint_vel`,
+`ref_pos_xyz`, `ref_quat_xyzw`: the reference, the torso's, baked into the graph) without a sidecar get
+BUILT_IN_WBT, holosoma-inference 0.1.3's `g1-29dof-wbt` config: observation `wbt` (sorted: actions,
+base_ang_vel, dof_pos, dof_vel, motion_command, motion_ref_ori_b = 154, scales 1), the loco default pose,
+anchor `torso_link` (robot config motion.body_name_ref), actions clipped to +-100, and the action scale
+(`_action_scales`): the metadata's `action_scale` when present; a sidecar's
+`action_scales_by_effort_limit_over_p_gain` (false: its policy_action_scale; true: the effort rule); 1
+when the graph squashes its actions to the joint limits around the default pose (FastSAC's tanh x
+per-joint bound: its output is the offset in rad); otherwise the BeyondMimic rule 0.25 x effort limit /
+kp per joint (task.action_scales_by_effort_limit_over_p_gain; effort limits of robots/g1.py). The
+observed size must be 154: any other is refused naming the key, the expected and the found size.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import yaml
 
-from policies.adapters.common import TIME_STEP, finish, io_shapes, metadata, term, to_motor_order
+from policies.adapters.common import (TIME_STEP, clip_frames, finish, io_shapes, metadata, tanh_bound, term,
+                                      to_motor_order)
 from policies.artifact import Artifact, ArtifactError, MotionSpec, joint_name_errors
+from policies.tracking import TrackingSpec
 from policies.observation import RUNTIME_TERMS
 from robots import g1
 
-TERMS = {"actions": "last_action", "base_ang_vel": "base_ang_vel", "base_lin_vel": "base_lin_vel",
+TERMS = {"motion_command": "motion_command", "motion_ref_ori_b": "motion_anchor_ori_b",
+         "motion_ref_pos_b": "motion_anchor_pos_b", "actions": "last_action", "base_ang_vel": "base_ang_vel", "base_lin_vel": "base_lin_vel",
          "projected_gravity": "projected_gravity", "dof_pos": "joint_pos_rel", "dof_vel": "joint_vel_rel",
          "command_lin_vel": "velocity_command_xy", "command_ang_vel": "velocity_command_yaw",
          "sin_phase": "gait_phase_sin", "cos_phase": "gait_phase_cos"}
@@ -53,7 +67,17 @@ BUILT_IN_LOCO = {  # holosoma-inference 0.1.3, config g1-29dof-loco (config_valu
     "obs_scales": {"base_ang_vel": 0.25, "projected_gravity": 1.0, "command_lin_vel": 1.0, "command_ang_vel": 1.0,
                    "dof_pos": 1.0, "dof_vel": 0.05, "actions": 1.0, "sin_phase": 1.0, "cos_phase": 1.0},
 }
-WBT_TERMS = ("motion_command", "motion_ref_ori_b", "base_ang_vel", "dof_pos", "dof_vel", "actions")
+BUILT_IN_WBT = {  # holosoma-inference 0.1.3, config g1-29dof-wbt (config_values/{inference,observation,task}.py)
+    "default_dof_angles": BUILT_IN_LOCO["default_dof_angles"], "rl_rate": 50, "gait_period": 0.0, "history_length": 1,
+    "actor_obs": ["motion_command", "motion_ref_ori_b", "base_ang_vel", "dof_pos", "dof_vel", "actions"],
+    "obs_dims": {"motion_command": 58, "motion_ref_ori_b": 6, "base_ang_vel": 3, "dof_pos": 29, "dof_vel": 29,
+                 "actions": 29},
+    "obs_scales": {"motion_command": 1.0, "motion_ref_ori_b": 1.0, "base_ang_vel": 1.0, "dof_pos": 1.0,
+                   "dof_vel": 1.0, "actions": 1.0},
+    "anchor_body": "torso_link",
+}
+WBT_OUTPUTS = ("joint_pos", "joint_vel", "ref_pos_xyz", "ref_quat_xyzw")
+EFFORT_RULE = 0.25  # BeyondMimic's action scale: 0.25 x effort limit / kp
 
 
 def is_holosoma(meta: dict) -> bool:
@@ -98,9 +122,19 @@ def read(path: Path, model, blob) -> Artifact:
                                 "(README, 'Third-party policies')")
         origin = f"sidecar {side.name}"
     elif TIME_STEP in ins:
-        raise ArtifactError(f"{where}: a holosoma whole-body-tracking model: its observation {list(WBT_TERMS)} needs "
-                            "motion_command (fed back from the graph's outputs) and motion_ref_ori_b (torso "
-                            "orientation relative to the reference), which this runtime does not build")
+        missing = [o for o in WBT_OUTPUTS if o not in outs]
+        if missing or "obs" not in ins:
+            raise ArtifactError(f"{where}: holosoma whole-body-tracking file without a sidecar and not shaped like "
+                                f"holosoma-inference 0.1.3's (inputs obs + time_step, outputs {list(WBT_OUTPUTS)}): "
+                                f"inputs {sorted(ins)}, outputs missing {missing}; write "
+                                f"{path.with_suffix('.yaml').name} with {list(SIDECAR_KEYS)}")
+        want = sum(BUILT_IN_WBT["obs_dims"].values())
+        if ins["obs"][1:] != [want]:
+            raise ArtifactError(f"{where}: ONNX input 'obs' has shape {ins['obs']}: expected [1, {want}] "
+                                f"(holosoma-inference 0.1.3's g1-29dof-wbt observation "
+                                f"{sorted(BUILT_IN_WBT['actor_obs'])}), found {ins['obs'][1:]}; a file of another "
+                                f"observation needs a sidecar {path.with_suffix('.yaml').name} listing its terms")
+        cfg, origin = BUILT_IN_WBT, "built-in defaults of holosoma-inference 0.1.3's g1-29dof-wbt config"
     elif list(ins) == ["actor_obs"] and ins["actor_obs"][1:] == [100] and list(names) == list(g1.JOINT_NAMES):
         cfg, origin = BUILT_IN_LOCO, "built-in defaults of holosoma-inference 0.1.3's g1-29dof-loco config"
     else:
@@ -124,13 +158,81 @@ def read(path: Path, model, blob) -> Artifact:
     ranges = () if not rng else tuple((ours, float(rng[k][0]), float(rng[k][1]))
                                       for ours, k in (("lin_vel_x", "lin_vel_x"), ("lin_vel_y", "lin_vel_y"),
                                                       ("ang_vel_z", "ang_vel_yaw")) if k in rng)
-    scale = float(cfg["policy_action_scale"])
+    kp_m = to_motor_order(kp, names, "kp", where)
+    extra = {}
+    if TIME_STEP in ins:
+        extra = _wbt_fields(path, model, meta, cfg, names, kp, ins, outs)
+        scales = extra["action_scales"]
+        scale = float(max(scales))
+    else:
+        scale = float(cfg["policy_action_scale"])
+        extra = {"kind": "velocity", "motion": MotionSpec(path.stem, 0.0)}
+    note = f"; {extra.pop('source_extra')}" if "source_extra" in extra else ""
     return finish(
-        path, blob, model, format="holosoma", kind="velocity", motion=MotionSpec(path.stem, 0.0),
+        path, blob, model, format="holosoma",
         policy_joint_names=tuple(names), control_dt=1.0 / rate,
-        kp=to_motor_order(kp, names, "kp", where), kd=to_motor_order(kd, names, "kd", where),
+        kp=kp_m, kd=to_motor_order(kd, names, "kd", where),
         default_joint_pos=to_motor_order(cfg["default_dof_angles"], names, "default_dof_angles", where),
-        action_scale=scale, action_clip=100.0, observation=tuple(obs), input_name=next(iter(ins)),
+        action_scale=scale, action_clip=100.0, observation=tuple(obs),
+        input_name="obs" if TIME_STEP in ins else next(iter(ins)),
         output_name="action" if "action" in outs else "actions", command_ranges=ranges, gait_period=float(cfg.get("gait_period", 0.0) or 0.0),
-        history_fill="zeros", source=f"{path.name} (holosoma JSON metadata; {origin})",
-        provenance={k: meta[k][:200] for k in ("wandb_run_path", "iteration") if k in meta})
+        history_fill="zeros", source=f"{path.name} (holosoma JSON metadata; {origin}{note})",
+        provenance={k: meta[k][:200] for k in ("wandb_run_path", "iteration") if k in meta}, **extra)
+
+
+def _action_scales(meta: dict, names, kp, where: str, cfg: dict, model, default) -> tuple[tuple[float, ...], str]:
+    """holosoma's WBT action scale (policies/wbt.py's resolution order): metadata action_scale (JSON or CSV,
+    one or per joint); else a sidecar's action_scales_by_effort_limit_over_p_gain (false: policy_action_scale
+    on every joint; true: the effort rule); else 1 when the graph squashes its actions to exactly the joint
+    limits around the default pose (tanh x max(q_max - default, default - q_min): FastSAC's actor, whose
+    output is then the target offset in rad); else the effort rule 0.25 x effort limit / kp per joint."""
+    raw = meta.get("action_scale")
+    rule = cfg.get("action_scales_by_effort_limit_over_p_gain")
+    if raw is None and rule is False:
+        return (float(cfg["policy_action_scale"]),) * len(names), "policy_action_scale (effort rule off)"
+    if raw is None and rule is None:
+        bound = tanh_bound(model, "actions")
+        mi = [g1.JOINT_NAMES.index(n) for n in names]
+        d = np.asarray(default, float)
+        span = np.maximum(g1.JOINT_POS_MAX[mi] - d, d - g1.JOINT_POS_MIN[mi])
+        if bound is not None and bound.shape == span.shape and np.allclose(bound, span, atol=2e-3):
+            return (1.0,) * len(names), ("1: the graph's tanh x per-joint scale spans the joint limits around the "
+                                         "default pose (its output is the target offset in rad)")
+    if raw is None:
+        lim = [float(g1.TORQUE_LIMIT[g1.JOINT_NAMES.index(n)]) for n in names]
+        return tuple(EFFORT_RULE * t / float(k) for t, k in zip(lim, kp)), "0.25 x effort limit / kp"
+    try:
+        v = json.loads(raw)
+    except json.JSONDecodeError:
+        v = raw
+    try:
+        vals = [float(v)] if isinstance(v, (int, float)) else (
+            [float(x) for x in v.split(",") if x.strip()] if isinstance(v, str) else [float(x) for x in v])
+    except (TypeError, ValueError) as e:
+        raise ArtifactError(f"{where}: metadata_props['action_scale'] is not a number or list ({raw[:60]!r})") from e
+    if len(vals) == 1:
+        vals = vals * len(names)
+    if len(vals) != len(names):
+        raise ArtifactError(f"{where}: metadata_props['action_scale'] has {len(vals)} entries, expected 1 or "
+                            f"{len(names)}")
+    return tuple(vals), "metadata action_scale"
+
+
+def _wbt_fields(path: Path, model, meta: dict, cfg: dict, names, kp, ins, outs) -> dict:
+    """The PolicySpec fields of a whole-body-tracking file: clip length, reference outputs, anchor, scales."""
+    where = str(path)
+    frames = clip_frames(model)
+    if frames is None or frames < 2:
+        raise ArtifactError(f"{where}: tracking graph (input 'time_step') with {frames or 0} reference frames "
+                            "(the (T, 29) table its joint_pos output gathers): a clip needs at least 2; "
+                            "re-export with the motion baked in")
+    if ins[TIME_STEP] != [1, 1]:
+        raise ArtifactError(f"{where}: ONNX input 'time_step' has shape {ins[TIME_STEP]}, expected [1, 1]")
+    scales, how = _action_scales(meta, names, kp, where, cfg, model, cfg["default_dof_angles"])
+    anchor = cfg.get("anchor_body", "torso_link")
+    tr = TrackingSpec(anchor_body=anchor, anchor_pos="ref_pos_xyz" if "ref_pos_xyz" in outs else "",
+                      anchor_quat="ref_quat_xyzw" if "ref_quat_xyzw" in outs else "", quat_order="xyzw")
+    return {"kind": "tracking", "motion": MotionSpec(path.stem, (frames - 1) / float(cfg.get("rl_rate", 50))),
+            "time_step_input": TIME_STEP, "tracking": tr, "action_scales": scales,
+            "action_offset": tuple(float(x) for x in cfg["default_dof_angles"]),
+            "source_extra": f"action scale: {how}; anchor {anchor}; {frames} frames"}

@@ -9,7 +9,11 @@
 Velocity policy: input `obs`, output `actions`; its `command` term is the twist (lin_vel_x, lin_vel_y,
 ang_vel_z). Tracking policy: inputs `obs` and `time_step` [1, 1], outputs `actions`, `joint_pos`,
 `joint_vel`, ...; the reference is baked into the graph, and the clip's length is the leading size of
-the (T, 29) reference table in the graph (it runs time_step 0 .. T-2, then HOLD).
+the (T, 29) reference table in the graph (it runs time_step 0 .. T-2, then HOLD). Its terms `command`
+(the graph's joint_pos + joint_vel at the step), `motion_anchor_ori_b` and `motion_anchor_pos_b` (the
+body `anchor_body_name`'s row of the graph's body_quat_w / body_pos_w, w x y z) are built by
+policies.tracking; the listed terms must add up to the ONNX input's size (BeyondMimic's 160-entry
+variant with state estimation vs the 154-entry one without motion_anchor_pos_b and base_lin_vel).
 What mjlab's metadata does not carry and this adapter assumes: observation scales 1 and no clip
 (mjlab's G1 tasks scale nothing), action offset = default_joint_pos (use_default_offset), 50 Hz
 (mjlab's velocity and tracking tasks: 200 Hz physics, decimation 4), no history.
@@ -21,6 +25,7 @@ from pathlib import Path
 from policies.adapters.common import TIME_STEP, clip_frames, finish, io_shapes, metadata, term, to_motor_order
 from policies.artifact import Artifact, ArtifactError, MotionSpec, joint_name_errors
 from policies.observation import RUNTIME_TERMS
+from policies.tracking import TrackingSpec
 from robots import g1
 
 REQUIRED = ("joint_names", "joint_stiffness", "joint_damping", "default_joint_pos", "action_scale",
@@ -29,9 +34,11 @@ REQUIRED = ("joint_names", "joint_stiffness", "joint_damping", "default_joint_po
 TERMS = {"base_lin_vel": "base_lin_vel", "base_ang_vel": "base_ang_vel", "projected_gravity": "projected_gravity",
          "joint_pos": "joint_pos_rel", "joint_vel": "joint_vel_rel", "actions": "last_action",
          "command": "velocity_command"}
-NOT_BUILT = {"height_scan": "a terrain height scan (no terrain sensor on the G1)",
-             "motion_anchor_pos_b": "the anchor body's pose relative to the reference (needs torso kinematics)",
-             "motion_anchor_ori_b": "the anchor body's orientation relative to the reference (needs torso kinematics)"}
+NOT_BUILT = {"height_scan": "a terrain height scan (no terrain sensor on the G1)"}
+# a tracking policy's terms (BeyondMimic): the motion command and the anchor relative to the reference
+TRACKING = {"command": "motion_command", "motion_anchor_pos_b": "motion_anchor_pos_b",
+            "motion_anchor_ori_b": "motion_anchor_ori_b"}
+ANCHOR_TERMS = ("motion_anchor_pos_b", "motion_anchor_ori_b")
 
 
 def is_mjlab(meta: dict) -> bool:
@@ -48,6 +55,53 @@ def _csv(meta, key, where, as_float=True):
     except ValueError as e:
         raise ArtifactError(f"{where}: metadata_props[{key!r}] is not a list of numbers ({raw[:60]!r}); "
                             "mjlab writes comma-separated floats") from e
+
+
+def check_variant(where: str, obs, ins) -> None:
+    """The observation the metadata lists must be the size of the ONNX input: BeyondMimic's 160-entry variant
+    (with state estimation: motion_anchor_pos_b, base_lin_vel) and its 154-entry one are otherwise run with
+    the wrong layout."""
+    want = sum(t.size * t.history for t in obs)
+    found = ins.get("obs", [None, None])[1:]
+    if found != [want]:
+        names = [t.source.split(": ")[1] for t in obs]
+        hint = ""
+        if found and isinstance(found[0], int) and abs(found[0] - want) == 6:
+            hint = (" (BeyondMimic's 160-entry observation has motion_anchor_pos_b and base_lin_vel, the 154-entry "
+                    "one has neither: the metadata describes the other variant than the network)")
+        raise ArtifactError(f"{where}: metadata_props['observation_names'] {names} add up to {want} entries, the "
+                            f"ONNX input 'obs' takes {found[0] if found else None}: expected {want}, found "
+                            f"{found[0] if found else None}{hint}; re-export so that the two agree")
+
+
+def _tracking_spec(where: str, meta: dict, names: list[str], ins, outs) -> TrackingSpec:
+    """Where a BeyondMimic / mjlab tracking graph keeps its reference, and its anchor body."""
+    if ins[TIME_STEP] != [1, 1]:
+        raise ArtifactError(f"{where}: ONNX input 'time_step' has shape {ins[TIME_STEP]}, expected [1, 1] (the "
+                            "exporters' time step); re-export the policy")
+    missing = [o for o in ("joint_pos", "joint_vel") if o not in outs]
+    if missing:
+        raise ArtifactError(f"{where}: tracking graph without the reference outputs {missing} (outputs "
+                            f"{sorted(outs)}); export with the motion's joint_pos and joint_vel as outputs")
+    anchored = [n for n in names if n in ANCHOR_TERMS]
+    if not anchored:
+        return TrackingSpec(anchor_body=meta.get("anchor_body_name", ""))
+    if "anchor_body_name" not in meta:
+        raise ArtifactError(f"{where}: observation terms {anchored} need metadata_props['anchor_body_name'] (the "
+                            "body they are relative to, usually torso_link), which this file lacks (older "
+                            "exports): re-export with a current exporter, or add the key")
+    anchor = meta["anchor_body_name"].strip()
+    bodies = _csv(meta, "body_names", where, as_float=False) if "body_names" in meta else []
+    if anchor not in bodies:
+        raise ArtifactError(f"{where}: metadata_props['anchor_body_name'] {anchor!r} is not in "
+                            f"metadata_props['body_names'] {bodies}: the graph's body outputs have no row for it")
+    need = ["body_quat_w"] + (["body_pos_w"] if "motion_anchor_pos_b" in anchored else [])
+    missing = [o for o in need if o not in outs]
+    if missing:
+        raise ArtifactError(f"{where}: observation terms {anchored} need the graph outputs {missing} (outputs "
+                            f"{sorted(outs)})")
+    return TrackingSpec(anchor_body=anchor, anchor_pos="body_pos_w" if "body_pos_w" in outs else "",
+                        anchor_quat="body_quat_w", body_index=bodies.index(anchor), quat_order="wxyz")
 
 
 def read(path: Path, model, blob) -> Artifact:
@@ -70,11 +124,12 @@ def read(path: Path, model, blob) -> Artifact:
         if n in NOT_BUILT:
             raise ArtifactError(f"{where}: observation term {n!r} (metadata_props['observation_names']) is "
                                 f"{NOT_BUILT[n]}, which this runtime does not build; retrain without it")
-        if tracking and n == "command":
-            raise ArtifactError(f"{where}: observation term 'command' of a tracking policy is the motion command "
-                                "(reference joint pos/vel), which this runtime does not feed back; export the "
-                                "reference inside the graph instead (as policies.adapters.export does)")
-        canon = TERMS.get(n, n)
+        if not tracking and n in ANCHOR_TERMS:
+            raise ArtifactError(f"{where}: observation term {n!r} (metadata_props['observation_names']) needs a "
+                                "tracking graph: an ONNX input 'time_step' [1, 1] and the reference outputs "
+                                "(joint_pos, joint_vel, body_pos_w, body_quat_w); this file has inputs "
+                                f"{sorted(ins)}")
+        canon = TRACKING[n] if tracking and n in TRACKING else TERMS.get(n, n)
         if canon not in RUNTIME_TERMS:
             raise ArtifactError(f"{where}: observation term {n!r} (metadata_props['observation_names']) is not one "
                                 f"this runtime builds (mjlab names {sorted(TERMS)}, or {sorted(RUNTIME_TERMS)}); "
@@ -85,10 +140,13 @@ def read(path: Path, model, blob) -> Artifact:
     if tracking:
         T = clip_frames(model)
         if T is None or T < 2:
-            raise ArtifactError(f"{where}: tracking policy (input 'time_step') without a (T, 29) reference table "
-                                "in the graph: cannot tell the clip's length; re-export with the reference baked in")
+            raise ArtifactError(f"{where}: tracking policy (input 'time_step') with {T or 0} frames of (T, 29) "
+                                "reference table in the graph: a clip needs at least 2; re-export with the motion's "
+                                "reference baked in")
         kind, motion = "tracking", MotionSpec(name, (T - 1) * g1.CONTROL_DT)
         extra["time_step_input"] = TIME_STEP
+        extra["tracking"] = _tracking_spec(where, meta, [t.source.split(": ")[1] for t in obs], ins, outs)
+    check_variant(where, obs, ins)
     return finish(
         path, blob, model, format="mjlab", kind=kind, motion=motion, policy_joint_names=tuple(names),
         kp=to_motor_order(_csv(meta, "joint_stiffness", where), names, "joint_stiffness", where),

@@ -1,0 +1,159 @@
+"""Any policy the runtime loads (`make eval POLICY=<onnx or folder>`: a third-party file through
+policies.adapters, or a native artifact folder) evaluated in C MuJoCo on the bridge model, with the
+episode rules of eval.episode (home keyframe, the drives' PD at the artifact's gains x the episode's
+kp/kd scale clipped to the motor limits at 1 kHz, the episode's randomisation and push, the one fall
+criterion, then the runtime's HOLD blend for hold_s at robots/g1.py's gains, as deploy sends in HOLD):
+
+- tracking policies run their clip (or --duration s of it) and are measured against the graph's own
+  reference (policies.tracking: joint RMS in rad and anchor orientation error in rad, over the
+  episode and its worst second);
+- velocity policies run --duration s (default 10) at a zero command.
+
+Writes runs/eval/<policy name>/<stamp>/eval.json: episodes, falls, stood_at_end, tracking (means over
+episodes of the per-episode figures), policy (format, kind, source), config, per_episode.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from eval import report
+from eval.config import EVAL_ROOT, EvalConfig, EvalError
+from eval.episode import STOOD_HEIGHT_TOL_M, STOOD_SPEED_MPS, STOOD_TILT_DEG, draw_pushes
+from eval.sim import EvalSim
+from policies.adapters import load_policy
+from policies.artifact import Artifact, ArtifactError
+from policies.runtime import PolicyRuntime
+from policies.tracking import tracking_summary
+from robots import g1
+from robots.physics import FALL_HEIGHT_M, FALL_TILT_RAD, fallen, pd_torque, tilt_angle
+
+VELOCITY_RUN_S = 10.0
+TRACK_KEYS = ("joint_rms_rad", "joint_rms_worst_s_rad", "anchor_ori_err_rad", "anchor_ori_err_worst_s_rad")
+
+
+def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int) -> dict:
+    spec = runtime.spec
+    rng = np.random.default_rng([cfg.seed, ep])
+    dr = sim.randomise(rng, cfg.dr)
+    sim.reset()
+    runtime.reset()
+    m, d = sim.m, sim.d
+    # the policy's own gains in POLICY, robots/g1.py's in HOLD: what deploy sends (deploy.loop)
+    gains = [(np.asarray(a) * dr["kp_scale"], np.asarray(b) * dr["kd_scale"]) for a, b in
+             ((spec.kp, spec.kd), (g1.KP, g1.KD))]
+    dt = runtime.control_dt
+    n_policy = min(int(round((cfg.duration_s or runtime.duration) / dt)), runtime.n_steps)
+    n_hold = int(round(cfg.hold_s / dt))
+    decim = int(round(dt / m.opt.timestep))
+    pushes = draw_pushes(rng, cfg, (n_policy + n_hold) * dt)
+    target = hold_from = runtime.default_q.copy()
+    command = np.zeros(3) if runtime.kind == "velocity" else None
+    fell, fell_t = False, None
+    t_log, jsq, aerr = [], [], []
+    n_run = 0
+    z, quat, vel_b = float(d.qpos[2]), d.qpos[3:7].copy(), np.zeros(3)
+    for k in range(n_policy + n_hold):
+        t = k * dt
+        q, dq, gyro, quat, vel_b, z = sim.state()
+        if fallen(z, quat):
+            fell, fell_t = True, t
+            break
+        if k < n_policy:
+            out = runtime.step(k, q, dq, gyro, quat, vel_b, z, command=command, base_pos=d.qpos[0:3].copy())
+            if not np.all(np.isfinite(out.action)):
+                raise EvalError(f"episode {ep}: the policy returned non-finite actions at step {k}")
+            target = hold_from = out.target
+            n_run += 1
+            if runtime.tracking is not None:
+                t_log.append(t)
+                jsq.append(float(np.mean(runtime.tracking.joint_error ** 2)))
+                aerr.append(runtime.tracking.anchor_ori_error if runtime.tracking.needs_anchor else np.nan)
+        else:
+            target = runtime.hold_target(hold_from, (k - n_policy + 1) * dt)
+        kp, kd = gains[k >= n_policy]
+        for s in range(decim):
+            ts = t + s * m.opt.timestep
+            tau = pd_torque(sim.applied_target(target, ts), d.qpos[sim.qadr], d.qvel[sim.dadr], kp, kd)
+            d.ctrl[:] = np.clip(tau, -g1.TORQUE_LIMIT, g1.TORQUE_LIMIT)
+            d.xfrc_applied[sim.pelvis, :3] = 0.0
+            for t0, t1, f in pushes:
+                if t0 <= ts < t1:
+                    d.xfrc_applied[sim.pelvis, :3] += f
+            sim.step()
+    d.xfrc_applied[:] = 0
+    if not fell:
+        _, _, _, quat, vel_b, z = sim.state()
+    stood = (not fell) and abs(z - g1.DEFAULT_BASE_HEIGHT) < STOOD_HEIGHT_TOL_M \
+        and math.degrees(tilt_angle(quat)) < STOOD_TILT_DEG and float(np.linalg.norm(vel_b)) < STOOD_SPEED_MPS
+    tr = None
+    if runtime.tracking is not None:
+        tr = tracking_summary(t_log, jsq, aerr, runtime.tracking.ref.frames, len(t_log))
+    return {"episode": ep, "fell": bool(fell), "fell_at_s": fell_t, "stood_at_end": bool(stood),
+            "final_pelvis_height_m": float(z), "policy_s": round(n_run * dt, 3),
+            "tracking": tr, "dr": {k: (v if not isinstance(v, np.ndarray) else [round(float(x), 4) for x in v])
+                                   for k, v in dr.items()}}
+
+
+def load(policy: str | Path) -> Artifact:
+    try:
+        return load_policy(policy)
+    except ArtifactError as e:
+        raise EvalError(str(e)) from e
+
+
+def evaluate_policy(policy: str | Path, cfg: EvalConfig = EvalConfig(), out_root: Path = EVAL_ROOT,
+                    bridge=None) -> tuple[dict, Path]:
+    """Evaluate one policy file or folder; returns (eval.json content, output folder)."""
+    art = load(policy)
+    run_s = (cfg.duration_s or VELOCITY_RUN_S) if art.spec.kind == "velocity" else None
+    try:
+        runtime = PolicyRuntime(art, hold_blend_s=cfg.hold_blend_s, run_s=run_s)
+    except ArtifactError as e:
+        raise EvalError(str(e)) from e
+    sim = EvalSim(bridge)
+    name = art.spec.motion.name
+    out = Path(out_root) / name / _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    out.mkdir(parents=True, exist_ok=True)
+    eps = [run_policy_episode(sim, runtime, cfg, ep) for ep in range(cfg.episodes)]
+    trk = [e["tracking"] for e in eps if e["tracking"]]
+    summary = {
+        "policy": str(policy), "motion": name,
+        "policy_info": {"format": art.spec.format, "kind": art.spec.kind, "source": art.spec.source,
+                        "backend": runtime.backend},
+        "episodes": len(eps), "falls": int(sum(e["fell"] for e in eps)),
+        "stood_at_end": int(sum(e["stood_at_end"] for e in eps)),
+        "policy_s": float(np.mean([e["policy_s"] for e in eps])) if eps else None,
+        "tracking": {k: (float(np.mean([t[k] for t in trk])) if trk[0].get(k) is not None else None)
+                     for k in TRACK_KEYS} if trk else None,
+        "config": report.jsonable({**dataclasses.asdict(cfg), "fall_height_m": FALL_HEIGHT_M,
+                                   "fall_tilt_deg": math.degrees(FALL_TILT_RAD)}),
+        "per_episode": eps,
+    }
+    if bridge is not None:
+        summary["bridge"] = bridge.record()
+    (out / "eval.json").write_text(json.dumps(report.jsonable(summary), indent=2))
+    return summary, out
+
+
+def format_policy_table(summary: dict) -> str:
+    def f(v, fmt="{:.3f}"):
+        return "-" if v is None else fmt.format(v)
+
+    rows = [f"{'ep':>3} {'fell':>5} {'at s':>6} {'policy s':>9} {'joint rms':>10} {'worst s':>8} {'anchor':>7} "
+            f"{'worst s':>8} {'stood':>6}"]
+    for e in summary["per_episode"]:
+        t = e["tracking"] or {}
+        rows.append(f"{e['episode']:>3} {str(e['fell']):>5} {f(e['fell_at_s'], '{:.1f}'):>6} {e['policy_s']:>9.1f} "
+                    f"{f(t.get('joint_rms_rad')):>10} {f(t.get('joint_rms_worst_s_rad')):>8} "
+                    f"{f(t.get('anchor_ori_err_rad')):>7} {f(t.get('anchor_ori_err_worst_s_rad')):>8} "
+                    f"{str(e['stood_at_end']):>6}")
+    rows.append(f"falls {summary['falls']}/{summary['episodes']}, stood at end {summary['stood_at_end']}; "
+                f"{summary['policy_info']['format']} {summary['policy_info']['kind']} policy "
+                "(tracking in rad against the graph's own reference)")
+    return "\n".join(rows)
