@@ -23,7 +23,7 @@ DEPLOY_VENV := .venv-deploy
 VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
 PYTHON ?= python3
 
-.PHONY: setup setup-deploy lint-imports test test-slow gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table landing-search forward-jump-search forward-jump-far toe-jump-search contact-figure bridge-creep train export eval sim deploy tracking-policies soak calibrate bench clean lo-multicast
+.PHONY: setup setup-deploy lint-imports test test-slow gradients-touchdown impulse-training gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table landing-search forward-jump-search forward-jump-far toe-jump-search contact-figure bridge-creep train export eval sim deploy tracking-policies soak calibrate bench clean lo-multicast
 
 setup: $(STAMP)
 
@@ -109,6 +109,16 @@ gradients-sigmoid-h8: setup
 # Issue 13 item 6: per-step Jacobian norms of the closed loop around touch-down, bundled and not (~15 min)
 step-jacobians: setup
 	$(PY) -m bench.step_jacobians --horizon 32 --envs 4 --out results/step_jacobians.json $(ARGS)
+
+# results/gradients_touchdown.json (docs "Experiments"): plain vs BCG gradients across touch-down on the
+# impulse contact (landing from flight, 64 envs x 12 seeds per setting; hours on this CPU: narrow it with ARGS)
+gradients-touchdown: setup
+	$(PY) -m bench.gradients_touchdown --out results/gradients_touchdown.json $(ARGS)
+
+# results/impulse_training.json + docs/impulse_training.png: a finished jump training on the impulse contact
+# as a row, e.g. ARGS="--run runs/jump/<stamp> --name bcg_soft300_s0 --artifact <its export dir> --plot"
+impulse-training: setup
+	$(PY) -m experiments.impulse_training $(ARGS)
 
 stiffness-transfer: setup
 	$(PY) -m experiments.stiffness $(ARGS)

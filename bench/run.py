@@ -21,6 +21,7 @@ MODULES: tuple[str, ...] = (
     "bench.deploy",
     "bench.bridge",
     "bench.gradients",
+    "bench.contact_cost",
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -10,10 +10,21 @@ env.action_scale) are refused with the name of their source.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
+from pathlib import Path
 
 OVERRIDE_SECTIONS = ("shac", "actor", "bcg", "env", "dr", "domain_rand")
+RECIPES = Path(__file__).with_name("recipes.yaml")
 SIGMOID_SUBSTEPS = 6  # 300 Hz: the sigmoid contact is unstable at 200 Hz on the G1 (train/contact.py)
+
+
+def recipe(motion: str) -> list[str]:
+    """The flags that trained the committed policy of `motion` (train/recipes.yaml); [] when it has none."""
+    import yaml
+
+    table = yaml.safe_load(RECIPES.read_text()) or {}
+    return shlex.split(table.get(motion, "") or "")
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -79,7 +90,15 @@ def main(argv=None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="override one preset setting, e.g. --set shac.num_envs=32 --set shac.actor_lr=3e-4 "
                          "(sections: shac, actor, bcg, env, dr; repeatable; values parsed as YAML)")
+    ap.add_argument("--no-recipe", action="store_true",
+                    help="ignore the motion's recipe (train/recipes.yaml): the preset's settings and the flags given")
+    argv = list(sys.argv[1:] if argv is None else argv)
     a = ap.parse_args(argv)
+    steps = [] if a.no_recipe else recipe(a.motion)
+    if steps:
+        print(f"recipe of {a.motion} (train/recipes.yaml): {shlex.join(steps)}")
+        a = ap.parse_args(steps + argv)
+    command = shlex.join(["python", "-m", "train.cli"] + argv)
     if a.select_every < 0 or a.select_every % 25:
         ap.error(f"--select-every {a.select_every}: use a multiple of 25 (the checkpoint interval), or 0 for off")
     from motions import MotionError
@@ -123,7 +142,8 @@ def main(argv=None) -> int:
     try:
         run(cfg, resume=a.resume, export_dir=a.export_dir, tag=a.tag,
             time_budget_s=None if a.time_budget_min is None else 60 * a.time_budget_min,
-            select_every=a.select_every, select_episodes=a.select_episodes)
+            select_every=a.select_every, select_episodes=a.select_episodes,
+            command=command + (f" (recipe: {shlex.join(steps)})" if steps else ""))
     except (MotionError, TrainingDiverged) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

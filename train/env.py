@@ -79,7 +79,7 @@ class EnvConfig:
     kappa: float = 300.0  # 1/m, sharpness of the "sigmoid" / "impulse" contact's gate (the seed's k: 50 / 100 / 300)
     impulse_mode: str = "soft"  # train.impulse.MODES: soft (gated), hard, mixed (hard forward, soft gradient)
     impulse_iterations: int = 10  # Gauss-Seidel sweeps of the impulse contact
-    impulse_relaxation: str = "block"  # train.impulse.RELAXATIONS
+    impulse_relaxation: str = "seed"  # train.impulse.RELAXATIONS (why "seed": train/impulse.py ImpulseParams)
     impulse_warm_start: bool = True  # contact impulses start from the last substep's (train/impulse.py)
     contact_law: str = "softplus"  # train.contact.LAWS
     contact_stiffness: float = 2.0e4  # N/m per foot sphere ("sigmoid")
@@ -266,7 +266,7 @@ class G1Env:
             lambda x: x.astype(jnp.asarray(0).dtype) if jnp.issubdtype(x.dtype, jnp.integer) else x, mjx.put_data(m, d))
         if self.impulse:  # the impulse step's warm start (joint friction torques, contact forces)
             self.init_data = self.init_data.replace(userdata=jnp.zeros(
-                len(self.friction_dofs) + 3 * len(self.sphere_geoms), self.init_data.qpos.dtype))
+                I.warm_start_size(self.sphere_geoms, self.friction_dofs), self.init_data.qpos.dtype))
         foot_of_body = {int(b): i for i, b in enumerate(self.foot_body)}
         self.sphere_foot = np.array([foot_of_body[int(m.geom_bodyid[g])] for g in self.sphere_geoms])
         start_qpos, start_qvel = self._reference_states(m, motion, ref_q, ref_h, ref_dq, ref_c, cfg.control_dt)

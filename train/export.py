@@ -217,6 +217,9 @@ def contact_provenance(cfg) -> dict:
     if env.contact == "sigmoid":
         return {"contact": "sigmoid", "kappa": float(env.kappa), "contact_law": env.contact_law,
                 "substeps": int(env.substeps)}
+    if env.contact == "impulse":
+        return {"contact": "impulse", "kappa": float(env.kappa), "impulse_mode": env.impulse_mode,
+                "impulse_iterations": int(env.impulse_iterations), "substeps": int(env.substeps)}
     return {"contact": "mjx", "stiffness": cfg.stiffness, "substeps": int(env.substeps)}
 
 

@@ -28,7 +28,8 @@ from train.trainer import make_trainer, resumable, train
 
 def run(cfg: TrainConfig, *, run_root: Path | None = None, resume: str | Path | None = None,
         export_dir: str | Path | None = None, checkpoint_every: int = 25, progress: bool = True, tag: str = "",
-        time_budget_s: float | None = None, select_every: int = 0, select_episodes: int = 20) -> Path:
+        time_budget_s: float | None = None, select_every: int = 0, select_episodes: int = 20,
+        command: str | None = None) -> Path:
     from tqdm import tqdm
 
     from motions import load_motion
@@ -65,7 +66,8 @@ def run(cfg: TrainConfig, *, run_root: Path | None = None, resume: str | Path | 
 
     def export_at(it: int, **extra):
         return lambda actor, obs_norm, out: export_policy(
-            actor, cfg.actor, obs_norm, motion, training_provenance(cfg, it, run_dir, wall_at.get(it), **extra),
+            actor, cfg.actor, obs_norm, motion,
+            training_provenance(cfg, it, run_dir, wall_at.get(it), **({"command": command} if command else {}), **extra),
             out_dir=out, obs_terms=cfg.obs_terms)
 
     def on_checkpoint(ts, it: int, m: dict) -> None:

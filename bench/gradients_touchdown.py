@@ -1,0 +1,194 @@
+"""Gradient quality across touch-down: plain analytic gradients vs BCG on the seed's impulse contact.
+
+Scenario ("landing from flight"): the PD-held G1 falls from a height h ~ U(0.10, 0.20) m (per env) and
+is started on that ballistic path t_td ~ U(0.01, 0.6 H dt) s before its soles touch the floor, so the
+envs of one batch touch down at different control steps and every gradient crosses the flight ->
+contact switch. Policy: a fixed linear feedback plus a learnable 29-d action bias theta and
+reparameterised Gaussian action noise (std 0.1); objective: the batch-mean return over H control
+steps of the hold-pose imitation reward. theta is given PER ENV (N, 29), so one backward pass yields
+every env's own gradient g_i; the batch gradient is their mean.
+
+Estimators: plain (jax.grad through the rollout), bcg_seed (the seed's bundle: BCGConfig.seed_settings,
+every env in contact bundled, 8 branches, one control step, any impulse triggers), bcg_ours (the cpu
+preset's: B = 4, H = 2, 4 slots, 400 N per sphere).
+Measures per (contact mode, kappa, horizon, estimator), over `seeds` batches of N envs:
+- seed_var: the seed's measure, sum over components of the per-env sample variance of g_i (mean over
+  seeds, with its bootstrap 90 % interval over seeds);
+- batch_var: trace of the covariance over seeds of the batch gradient (bootstrap 90 % interval);
+- ratio_seed_var / ratio_batch_var: BCG / plain;
+- bias and cosine of the mean gradient against plain's mean (both estimate the same batch objective's
+  gradient only where it is smooth; their gap is what the bundle changes);
+- bundled: fraction of env-steps in a bundle; touchdown_step: mean control step of first contact.
+
+    python -m bench.gradients_touchdown [--modes soft mixed hard] [--kappas 50 100 300] [--horizons 8 32]
+        [--envs 64] [--seeds 12] [--out results/gradients_touchdown.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from motions import hold_pose_motion
+from robots import g1
+from train import domain_rand as DR
+from train.bcg import BCGConfig
+from train.env import EnvConfig, G1Env
+from train.rollout import rollout
+
+ACTION_STD = 0.1
+ESTIMATORS = ("plain", "bcg_seed", "bcg_ours")
+
+
+class Scenario:
+    """One impulse-contact mode and horizon: compiled gradients for each estimator; kappa is a per-env
+    EnvParams leaf, so one compile serves every kappa. plain and bcg_seed treat every env on its own (no
+    slot budget), so they run as a vmap over single-env rollouts and yield per-env gradients; bcg_ours's
+    slot budget couples the envs of a batch, so it yields the batch gradient only."""
+
+    def __init__(self, mode: str, horizon: int, num_envs: int):
+        self.N, self.H, self.mode = num_envs, horizon, mode
+        self.env = env = G1Env(EnvConfig(contact="impulse", impulse_mode=mode, domain_rand=DR.DomainRandConfig.off(),
+                                         obs_noise=0.0), hold_pose_motion(horizon + 8, "hold"))
+        self.bcg = {"plain": None, "bcg_seed": BCGConfig.seed_settings(1, env.cfg.physics_dt),
+                    "bcg_ours": BCGConfig(branches=4, horizon=2, max_bundled_envs=4, tau=400.0)}
+        w0 = 0.01 * jax.random.normal(jax.random.PRNGKey(42), (env.observation_size, g1.NUM_MOTORS))
+        H = horizon
+
+        def policy(theta, obs, rng):
+            return 0.5 * jnp.tanh(obs @ w0) + theta + ACTION_STD * jax.random.normal(rng, (g1.NUM_MOTORS,))
+
+        def start(key, n, kappa):
+            k_reset, k_h, k_t, k_roll = jax.random.split(key, 4)
+            s = env.reset_batch(k_reset, n)
+            h = jax.random.uniform(k_h, (n,), minval=0.10, maxval=0.20)
+            t = jax.random.uniform(k_t, (n,), minval=0.01, maxval=0.6 * H * env.cfg.control_dt)
+            v_td = jnp.sqrt(2 * 9.81 * h)
+            z = jnp.maximum(v_td * t - 0.5 * 9.81 * t * t, 0.0)  # above the touching pose
+            data = s.data.replace(qpos=s.data.qpos.at[:, 2].add(z), qvel=s.data.qvel.at[:, 2].set(-(v_td - 9.81 * t)))
+            return s.replace(data=data, dr=s.dr.replace(contact_kappa=jnp.full(n, kappa, s.dr.contact_kappa.dtype))), k_roll
+
+        def ret(theta, key, n, kappa, cfg):
+            s, k = start(key, n, kappa)
+            _, traj = rollout(env, policy, theta, s, k, H, cfg)
+            contact = traj["metrics"]["contact_force_max"] > 1e-3  # (H, n)
+            td = jnp.where(contact.any(0), jnp.argmax(contact, 0), H).astype(jnp.float32)
+            return traj["reward"].sum(0).mean(), (traj["bundled"].mean(), td.mean())
+
+        def per_env(cfg):
+            g = jax.grad(lambda th, key, kp: ret(th, key, 1, kp, cfg), has_aux=True)
+            return jax.jit(jax.vmap(g, in_axes=(None, 0, None)))
+
+        self.per_env = {"plain": per_env(None), "bcg_seed": per_env(self.bcg["bcg_seed"])}
+        self.batch = {"bcg_ours": jax.jit(jax.grad(lambda th, key, kp: ret(th, key, num_envs, kp, self.bcg["bcg_ours"]),
+                                                   has_aux=True))}
+        self.theta = jnp.zeros(g1.NUM_MOTORS)
+
+    def estimates(self, seed: int, kappa: float) -> dict:
+        """{estimator: (per-env gradients (N, 29) or None, batch gradient (29,), bundled, touchdown step)}."""
+        keys = jax.random.split(jax.random.PRNGKey(seed), self.N)
+        out = {}
+        for k, fn in self.per_env.items():
+            g, (b, td) = jax.block_until_ready(fn(self.theta, keys, kappa))
+            g = np.asarray(g)
+            out[k] = (g, g.mean(0), float(np.mean(b)), float(np.mean(td)))
+        for k, fn in self.batch.items():
+            g, (b, td) = jax.block_until_ready(fn(self.theta, jax.random.PRNGKey(seed), kappa))
+            out[k] = (None, np.asarray(g), float(b), float(td))
+        return out
+
+
+def _boot(values: np.ndarray, stat, n: int = 2000, rng=np.random.default_rng(0)) -> list[float]:
+    """90 % bootstrap interval of stat over the first axis."""
+    idx = rng.integers(0, len(values), size=(n, len(values)))
+    s = np.array([stat(values[i]) for i in idx])
+    return [float(np.quantile(s, 0.05)), float(np.quantile(s, 0.95))]
+
+
+def batch_var(g: np.ndarray) -> float:
+    return float(g.var(0, ddof=1).sum())
+
+
+def study(sc: Scenario, kappa: float, seeds: int) -> dict:
+    per = {k: [] for k in ESTIMATORS}
+    t0 = time.perf_counter()
+    for sd in range(seeds):
+        for k, v in sc.estimates(1000 + sd, kappa).items():
+            per[k].append(v)
+    row: dict = {"mode": sc.mode, "kappa": kappa, "horizon": sc.H, "envs": sc.N, "seeds": seeds,
+                 "wall_s": time.perf_counter() - t0}
+    means = {}
+    for k, vals in per.items():
+        G = np.stack([v[1] for v in vals])  # (seeds, 29) batch gradients
+        means[k] = G.mean(0)
+        r = {"batch_var": batch_var(G), "batch_var_ci90": _boot(G, batch_var),
+             "bundled": float(np.mean([v[2] for v in vals])), "touchdown_step": float(np.mean([v[3] for v in vals])),
+             "grad_norm_median": float(np.median(np.linalg.norm(G, axis=1)))}
+        if vals[0][0] is not None:
+            sv = np.array([v[0].var(0, ddof=1).sum() for v in vals])  # the seed's measure, per batch
+            r["seed_var"] = float(sv.mean())
+            r["seed_var_ci90"] = _boot(sv, np.mean)
+        row[k] = r
+    for k in ESTIMATORS[1:]:
+        row[k]["ratio_batch_var"] = row[k]["batch_var"] / row["plain"]["batch_var"]
+        if "seed_var" in row[k]:
+            row[k]["ratio_seed_var"] = row[k]["seed_var"] / row["plain"]["seed_var"]
+        a, b = means[k], means["plain"]
+        row[k]["cos_vs_plain"] = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
+        row[k]["rel_diff_vs_plain"] = float(np.linalg.norm(a - b) / (np.linalg.norm(b) + 1e-30))
+    return row
+
+
+def render_gradients_touchdown_table(results: dict) -> str:
+    """Markdown table of results/gradients_touchdown.json."""
+    lines = ["| mode | kappa | H | envs x seeds | touch-down step | plain seed var | BCG-seed / plain (seed var, 90 % CI) "
+             "| BCG-seed / plain (batch var) | BCG-ours / plain (batch var) | bundled (seed / ours) | cos BCG-seed vs plain |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results["rows"]:
+        p, s, o = r["plain"], r["bcg_seed"], r["bcg_ours"]
+        lo, hi = (x / p["seed_var"] for x in s["seed_var_ci90"])
+        lines.append(
+            f"| {r['mode']} | {r['kappa']:g} | {r['horizon']} | {r['envs']} x {r['seeds']} | {p['touchdown_step']:.1f} "
+            f"| {p['seed_var']:.3g} | {s['ratio_seed_var']:.2f} ({lo:.2f}-{hi:.2f}) | {s['ratio_batch_var']:.2f} "
+            f"| {o['ratio_batch_var']:.2f} | {s['bundled']:.2f} / {o['bundled']:.2f} | {s['cos_vs_plain']:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--modes", nargs="+", default=["soft", "mixed", "hard"], choices=["soft", "mixed", "hard"])
+    ap.add_argument("--kappas", type=float, nargs="+", default=[50.0, 100.0, 300.0])
+    ap.add_argument("--horizons", type=int, nargs="+", default=[8, 32])
+    ap.add_argument("--envs", type=int, default=64)
+    ap.add_argument("--seeds", type=int, default=12)
+    ap.add_argument("--out", default=None, help="write the JSON here (rows already there for other settings are kept)")
+    a = ap.parse_args(argv)
+    if a.envs < 2 or a.seeds < 2:
+        ap.error("--envs and --seeds must be >= 2 (variances)")
+    old = json.loads(Path(a.out).read_text())["rows"] if a.out and Path(a.out).is_file() else []
+    rows = []
+    for H in a.horizons:
+        for mode in a.modes:
+            sc = Scenario(mode, H, a.envs)
+            for kappa in (a.kappas if mode != "hard" else a.kappas[-1:]):  # hard ignores kappa
+                row = study(sc, kappa, a.seeds)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    key = lambda r: (r["mode"], r["kappa"], r["horizon"], r["envs"])  # noqa: E731
+    new = {key(r) for r in rows}
+    res = {"scenario": "landing from flight: h ~ U(0.10, 0.20) m, touch-down after U(0.01, 0.6 H dt) s",
+           "rows": [r for r in old if key(r) not in new] + rows}
+    text = json.dumps(res, indent=1)
+    if a.out:
+        Path(a.out).write_text(text + "\n")
+    print(render_gradients_touchdown_table(res))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

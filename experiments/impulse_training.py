@@ -1,0 +1,125 @@
+"""The jump trained on the seed's impulse contact: one row per training run in results/impulse_training.json.
+
+A row is a finished `make train` run (runs/jump/<stamp>/, trained with --select-every): its config (algorithm,
+contact, mode, kappa, preset, seed), the iterations it ran and its wall time, the candidate the selection picked
+(eval seed 1000), the held-out evaluation of that exported policy in C MuJoCo (`python -m eval`, 20 randomised
+episodes, seed 0: falls, standing at the end, sole clearance, flight, tracking, penetration), and the selection's
+falls/20 at every candidate (the learning curve a user cares about). `--plot` draws the training reward and the
+candidates' falls of every row against iterations (docs/impulse_training.png).
+
+    python -m experiments.impulse_training --run runs/jump/<stamp> --name bcg_soft300_s0 [--plot]
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "results" / "impulse_training.json"
+PLOT = REPO / "docs" / "impulse_training.png"
+
+
+def _rel(p: Path) -> str:
+    try:
+        return str(Path(p).resolve().relative_to(REPO))
+    except ValueError:
+        return str(p)
+
+
+def _curve(run: Path) -> dict:
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    return {"iteration": [int(float(r["iteration"])) for r in rows], "reward": [float(r["reward"]) for r in rows],
+            "wall_s": [float(r["wall_s"]) for r in rows]}
+
+
+def evaluate(artifact: Path, out: Path, episodes: int = 20, seed: int = 0) -> dict:
+    cmd = [sys.executable, "-m", "eval", "--motion", "jump", "--artifacts", str(artifact.parent), "--episodes",
+           str(episodes), "--seed", str(seed), "--no-video", "--out", str(out)]
+    subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    return json.loads(max(out.rglob("eval.json"), key=lambda p: p.stat().st_mtime).read_text())
+
+
+def row_of(run: Path, name: str, artifact: Path) -> dict:
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    sel = json.loads((run / "select" / "select.json").read_text())
+    curve = _curve(run)
+    ev = evaluate(artifact, run / "eval_seed0")
+    env = cfg["env"]
+    return {
+        "name": name, "algo": cfg["algo"], "contact": env["contact"], "impulse_mode": env.get("impulse_mode"),
+        "kappa": env["kappa"], "preset": cfg["preset"], "seed": cfg["seed"],
+        "num_envs": cfg["shac"]["num_envs"], "horizon": cfg["shac"]["horizon"],
+        "bcg": {k: cfg["bcg"][k] for k in ("branches", "horizon", "tau", "max_bundled_envs")} if cfg["algo"] == "bcg" else None,
+        "iterations_run": curve["iteration"][-1], "train_wall_s": curve["wall_s"][-1],
+        "selected_iteration": sel["selected_iteration"],
+        "selection": [{"iteration": c["iteration"], "falls": c.get("falls")} for c in sel["candidates"]],
+        "eval_seed0": {k: ev[k] for k in ("episodes", "falls", "stood_at_end", "apex_foot_clearance_m", "flight_time_s",
+                                           "pelvis_apex_rise_m", "tracking_error_cm", "stance_penetration_mm", "penetration_mm")},
+        "run": _rel(run), "artifact": _rel(artifact),
+        "curve": {"iteration": curve["iteration"][::10], "reward": curve["reward"][::10]},
+    }
+
+
+def render_impulse_training_table(results: dict) -> str:
+    """Markdown table of results/impulse_training.json."""
+    lines = ["| run | algorithm | contact | kappa | iterations (selected) | wall min | falls/20 | stood | soles cm "
+             "| flight s | tracking cm | stance penetration mm |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results["rows"]:
+        e = r["eval_seed0"]
+        lines.append(
+            f"| {r['name']} | {r['algo']} | {r['contact']} {r['impulse_mode'] or ''} | {r['kappa']:g} "
+            f"| {r['iterations_run']} ({r['selected_iteration']}) | {r['train_wall_s'] / 60:.0f} | {e['falls']} "
+            f"| {e['stood_at_end']} | {100 * e['apex_foot_clearance_m']['mean']:.1f} | {e['flight_time_s']['mean']:.2f} "
+            f"| {e['tracking_error_cm']:.1f} | {e['stance_penetration_mm']:.2f} |")
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: Path = PLOT) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for r in results["rows"]:
+        ax1.plot(r["curve"]["iteration"], r["curve"]["reward"], label=r["name"])
+        sel = [c for c in r["selection"] if c["falls"] is not None]
+        ax2.plot([c["iteration"] for c in sel], [c["falls"] for c in sel], "o-", label=r["name"])
+    ax1.set(xlabel="iteration", ylabel="training reward (mean per step)", title="training")
+    ax2.set(xlabel="iteration", ylabel="falls / 20 (C MuJoCo, eval seed 1000)", title="selection evaluations", ylim=(-1, 21))
+    ax1.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", type=Path, help="a finished training run folder (trained with --select-every)")
+    ap.add_argument("--name", help="the row's name")
+    ap.add_argument("--artifact", type=Path, default=None, help="its exported policy folder (default: the run's export)")
+    ap.add_argument("--plot", action="store_true")
+    a = ap.parse_args(argv)
+    res = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"motion": "jump", "rows": []}
+    if a.run:
+        if not a.name or not (a.run / "select" / "select.json").is_file():
+            ap.error("--run needs --name and a run trained with --select-every (its select/select.json)")
+        art = a.artifact
+        if art is None:
+            raise SystemExit("--artifact: the run's exported policy folder (the --export-dir it was trained with)")
+        row = row_of(a.run, a.name, art)
+        res["rows"] = [r for r in res["rows"] if r["name"] != a.name] + [row]
+        RESULTS.write_text(json.dumps(res, indent=1) + "\n")
+        print(f"wrote {RESULTS}")
+    if a.plot:
+        plot(res)
+        print(f"wrote {PLOT}")
+    print(render_impulse_training_table(res))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
