@@ -145,6 +145,9 @@ class FakeLink:
     def latest(self):
         return self.sample
 
+    def other_commanders(self):
+        return 0, 0
+
     def send(self, cmd, mode_machine, at=None):
         raw = bytearray(self.builder.build(cmd, mode_machine).tobytes())  # (.copy() drops the padding bytes)
         self.records.append(np.frombuffer(raw, dtype=hg.LOWCMD_DTYPE).reshape(()))
