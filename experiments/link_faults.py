@@ -51,6 +51,10 @@ OUT = REPO / "results" / "link_faults.json"
 FAULT_AT_S = 1.0  # after A: the fault starts this far into POLICY
 RECOVER_WINDOW_S = 1.0  # after the fault: commands must reach the robot, and LowState the deploy, within this
 MOTION = "stand"  # 4 s of POLICY
+# the deploy's --max-run-s: from its clock's origin, Start ~0.3 s, HOLD 2.8 s, A ~4.1 s, the motion's end ~8.1 s;
+# then 0.9 s in HOLD, plus a fault's duration. Measured: in one 12 s run the bridge's G1, off its band, tipped past
+# the tilt limit 1.65 s into the HOLD after the motion, with no fault (the dry runs end 0.5 s after the motion)
+RUN_S = 9.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +139,7 @@ def deploy_argv(w: Wire, run_root: Path, max_run_s: float, extra: str = "") -> l
 
 
 def wire_run(w: Wire, run_dir: Path, inject: Callable[[], tuple[float, float | None]] | None = None,
-             max_run_s: float = 12.0, deploy_extra: str = "", during: Callable[[float], None] | None = None) -> dict:
+             max_run_s: float = RUN_S, deploy_extra: str = "", during: Callable[[float], None] | None = None) -> dict:
     """One deploy run on the wire with the operator at the robot (a bridge must be running). `inject()` is
     called FAULT_AT_S into POLICY and returns the fault's (start, end) in time.monotonic() (end None: to the
     run's end); `during(t_policy)` instead, for anything else done in POLICY. Returns the raw material:
@@ -153,7 +157,11 @@ def wire_run(w: Wire, run_dir: Path, inject: Callable[[], tuple[float, float | N
     dep_lines = Lines(dep)
     window = (None, None)
     try:
-        t_policy = float(op_lines.wait_for("policy", 120).split()[1])
+        try:
+            t_policy = float(op_lines.wait_for("policy", 120).split()[1])
+        except RuntimeError as e:
+            stop_process(dep)
+            raise RuntimeError(f"{e}\n--- the deploy's output:\n{dep_lines.text()[-3000:]}") from None
         if inject is not None:
             time.sleep(max(0.0, t_policy + FAULT_AT_S - time.monotonic()))
             window = inject()
@@ -300,7 +308,7 @@ def run_faults(faults: list[Fault], run_root: Path) -> list[dict]:
                 bridge_args = f.bridge_args()
             print(f"[link-faults] {f.name}: {f.label}", flush=True)
             t = time.monotonic()
-            raw = wire_run(w, run_root / f.name, inject_for(w, f), max_run_s=12.0 + (f.duration_s or 0.0))
+            raw = wire_run(w, run_root / f.name, inject_for(w, f), max_run_s=RUN_S + (f.duration_s or 0.0))
             w.clear_faults()
             row = analyse(f, raw)
             row["wall_s"] = round(time.monotonic() - t, 1)

@@ -26,7 +26,7 @@ from comm import dds
 
 USER_IP = "192.168.123.222"  # the user's computer (any free 192.168.123.x)
 PREFIX = dds.ROBOT_NETWORK.prefixlen
-NAME_PREFIX = "g1w"  # namespaces g1w<pid>r / g1w<pid>u; veth ends the same names (<= 15 characters)
+NAME_PREFIX = "g1w"  # namespaces g1w<pid>-<n>r / g1w<pid>-<n>u; veth ends the same names (<= 15 characters)
 NFT_TABLE = "wire"
 
 
@@ -56,9 +56,10 @@ def remove_stale() -> list[str]:
     gone = []
     for line in _run("ip", "netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.split() else ""
-        if not name.startswith(NAME_PREFIX) or not name[len(NAME_PREFIX):-1].isdigit():
+        pid_s = name[len(NAME_PREFIX):-1].split("-")[0]
+        if not name.startswith(NAME_PREFIX) or not pid_s.isdigit():
             continue
-        pid = int(name[len(NAME_PREFIX):-1])
+        pid = int(pid_s)
         try:
             os.kill(pid, 0)
             continue  # its harness still runs
@@ -74,8 +75,11 @@ def remove_stale() -> list[str]:
 class Wire:
     """The two namespaces and the veth pair between them (see the module docstring)."""
 
-    def __init__(self, tag: str | None = None) -> None:
-        tag = tag or str(os.getpid())
+    _count = 0
+
+    def __init__(self) -> None:
+        Wire._count += 1
+        tag = f"{os.getpid()}-{Wire._count % 10}"
         self.robot_ns = self.robot_if = f"{NAME_PREFIX}{tag}r"
         self.user_ns = self.user_if = f"{NAME_PREFIX}{tag}u"
         self.robot_ip, self.user_ip = str(dds.ROBOT_IP), USER_IP

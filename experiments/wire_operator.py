@@ -13,7 +13,7 @@ band's release and the first damping command (damped, the robot falls: there is 
 
 Writer mode: another process publishing rt/lowcmd at 500 Hz (zero torque, valid CRC, the robot's
 mode_machine; reserve[0] = WRITER_MARK), through unitree_sdk2py's ChannelPublisher, as another controller
-would; prints `writing <t>` once it has a matched reader.
+would, once a line arrives on stdin; prints `writing <t>`, t the time just before its writer was created.
 """
 from __future__ import annotations
 
@@ -89,6 +89,10 @@ def operate(args) -> int:
 
     sampler = threading.Thread(target=sample_truth, daemon=True)
     try:
+        if args.observe_only:  # record what reaches the robot, operate nothing
+            print(f"ready {time.monotonic():.6f}", flush=True)
+            stop.wait()
+            return _report(args, out, observer.snapshot(), [], observer, client)
         client.wait_ground_truth()
         client.reset()
         client.resume_state()
@@ -113,9 +117,12 @@ def operate(args) -> int:
         print(str(e), file=sys.stderr, flush=True)
     finally:
         done.set()
-        samples = observer.snapshot()
-        observer.close()
-        client.close()
+    return _report(args, out, observer.snapshot(), truth, observer, client)
+
+
+def _report(args, out: dict, samples: list, truth: list, observer, client) -> int:
+    observer.close()
+    client.close()
     out["stream"] = stream_report(samples, out["events"].get("passive", 0.0))
     out["other_writer_received"] = sum(1 for _, r in samples if int(r["reserve"][0]) == WRITER_MARK)
     # off the band and before the first damping command reached the robot (damped, it falls: no gantry here)
@@ -139,6 +146,9 @@ def write_lowcmd(args) -> int:
 
     dds.init_dds(args.domain, args.interface)
     stop = _stop_event()
+    print("armed: a line on stdin starts the writer", flush=True)
+    sys.stdin.readline()
+    t_writer = time.monotonic()  # before the rt/lowcmd writer exists: nobody can have matched it yet
     pub = ChannelPublisher(hg.TOPIC_LOWCMD, LowCmd_)
     pub.Init()
     rec = hg.lowcmd_record(mode=hg.MOTOR_MODE_ENABLE, mode_pr=g1.MODE_PR)  # kp = kd = 0: zero torque
@@ -146,7 +156,7 @@ def write_lowcmd(args) -> int:
     rec["reserve"][0] = WRITER_MARK
     rec["crc"] = struct_crc(rec)
     sample = hg.lowcmd_wire_sample(rec)
-    print(f"writing {time.monotonic():.6f}", flush=True)
+    print(f"writing {t_writer:.6f}", flush=True)
     t0, k = time.monotonic(), 0
     try:
         while not stop.is_set():
@@ -168,6 +178,7 @@ def main(argv=None) -> int:
     p.add_argument("--stand-up-s", type=float, default=2.5, help="the deploy's stand-up blend (its --stand-up-s)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the deploy's PASSIVE stream")
     p.add_argument("--write-lowcmd", action="store_true", help="be a second LowCmd writer instead")
+    p.add_argument("--observe-only", action="store_true", help="only record the LowCmds that reach the robot")
     args = p.parse_args(argv)
     return write_lowcmd(args) if args.write_lowcmd else operate(args)
 
