@@ -59,12 +59,13 @@ def _observe(w: W.Wire, tmp_path):
                 text=True, cwd=LF.REPO)
     lines = LF.Lines(p)
     lines.wait_for("ready", 60)
+    LF.boost_process(p.pid, LF.OPERATOR_PRIORITY)  # as wire_run's operator: it must not starve beside the bridge
     return p, out
 
 
-def _preflight_error(w: W.Wire, tmp_path, net_if: str) -> str:
+def _preflight_error(w: W.Wire, tmp_path, net_if: str) -> tuple[str, dict]:
     """`make deploy ROBOT=g1 NET_IF=net_if` in the user's namespace; asserts it ended in a pre-flight error
-    with no LowCmd at the robot, returns its output."""
+    with no LowCmd of the deploy's at the robot; returns its output and what the robot's end saw."""
     import json
 
     obs, obs_json = _observe(w, tmp_path)
@@ -77,8 +78,8 @@ def _preflight_error(w: W.Wire, tmp_path, net_if: str) -> str:
     assert r.returncode != 0, out
     assert "deploy: error:" in out and "summary:" not in out, out
     seen = json.loads(obs_json.read_text())
-    assert seen["stream"]["received"] == 0, seen  # not one LowCmd reached the robot's end
-    return out
+    assert seen["stream"]["received"] == 0, seen  # not one LowCmd of the deploy's reached the robot's end
+    return out, seen
 
 
 def test_full_run_on_the_wire(wire, bridge, tmp_path):
@@ -120,7 +121,7 @@ def test_loss_burst_on_the_wire_damps_and_recovers(wire, bridge, tmp_path):
 
 
 def test_preflight_wrong_interface(wire, tmp_path):
-    out = _preflight_error(wire, tmp_path, "eth7")
+    out, _ = _preflight_error(wire, tmp_path, "eth7")
     assert "network interface 'eth7' does not exist; available:" in out and wire.user_if in out, out
 
 
@@ -130,7 +131,7 @@ def test_preflight_interface_without_the_robots_subnet(wire, tmp_path):
         wire.ip(wire.user_ns, "addr", "add", "10.20.0.5/24", "dev", "office0")
         wire.ip(wire.user_ns, "link", "set", "office0", "up")
         wire.ip(wire.user_ns, "link", "set", "office1", "up")
-        out = _preflight_error(wire, tmp_path, "office0")
+        out, _ = _preflight_error(wire, tmp_path, "office0")
     finally:
         wire.ip(wire.user_ns, "link", "del", "office0")
     assert "has no address on the robot's network 192.168.123.0/24" in out and "10.20.0.5/24" in out, out
@@ -140,7 +141,7 @@ def test_preflight_interface_without_the_robots_subnet(wire, tmp_path):
 def test_preflight_interface_without_multicast(wire, tmp_path):
     wire.ip(wire.user_ns, "link", "set", wire.user_if, "multicast", "off")
     try:
-        out = _preflight_error(wire, tmp_path, wire.user_if)
+        out, _ = _preflight_error(wire, tmp_path, wire.user_if)
     finally:
         wire.ip(wire.user_ns, "link", "set", wire.user_if, "multicast", "on")
     assert "is not multicast-capable" in out and f"ip link set {wire.user_if} multicast on" in out, out
@@ -150,7 +151,7 @@ def test_preflight_no_lowstate_on_the_interface(tmp_path):
     """A wire of its own with no bridge: the interface is right, nobody publishes LowState on it."""
     _require()
     with W.Wire() as w:
-        out = _preflight_error(w, tmp_path, w.user_if)
+        out, _ = _preflight_error(w, tmp_path, w.user_if)
     assert "no LowState on rt/lowstate within 3 s (DDS domain 0, interface " + w.user_if in out, out
 
 
@@ -176,10 +177,11 @@ def test_second_lowcmd_writer_refused_at_start(wire, bridge, tmp_path):
     try:
         go()
         time.sleep(0.5)
-        out = _preflight_error(wire, tmp_path, wire.user_if)
+        out, seen = _preflight_error(wire, tmp_path, wire.user_if)
     finally:
         W.stop_process(writer)
     assert "another process publishes rt/lowcmd (1 matched writers" in out, out
+    assert seen["other_writer_received"] > 100  # the robot's end heard the other writer: it would have heard ours
 
 
 def test_second_lowcmd_writer_during_policy_damps(wire, bridge, tmp_path):
