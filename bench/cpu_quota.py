@@ -8,6 +8,7 @@ in a cpu cgroup of its own: cgroup v2 `cpu.max` where the cpu controller is enab
   cpu_quota_<label>_deadline_misses, _max_lateness_ms, _stream_period_error_p99
   cpu_quota_<label>_final_state, _safety_events (kinds), _scheduling (what the loop got)
   cpu_quota_<label>_nr_throttled, _throttled_ms             the cgroup's own count of its throttled periods
+(label `none`: no cgroup, the loop at SCHED_FIFO; `cgroup_no_quota`: in a cgroup, no quota: normal priority)
 and cpu_quota_holds_deadline = the labels of the runs that ended in HOLD with no deadline miss.
 
 What it models and what not: the CFS quota gives the process `quota` of CPU time in every `period`, then
@@ -33,9 +34,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "results" / "cpu_quota.json"
-# (label, quota as a fraction of one core, period in us); None: no quota
+# (label, quota as a fraction of one core, period in us); None: no cgroup; 0: a cgroup without a quota (the loop
+# at normal priority, as in the quota runs, without the quota: the two effects apart)
 QUOTAS: tuple[tuple[str, float | None, int], ...] = (
-    ("none", None, 100_000), ("50pct_100ms", 0.5, 100_000), ("25pct_100ms", 0.25, 100_000),
+    ("none", None, 100_000), ("cgroup_no_quota", 0.0, 100_000), ("50pct_100ms", 0.5, 100_000), ("25pct_100ms", 0.25, 100_000),
     ("50pct_4ms", 0.5, 4_000), ("25pct_4ms", 0.25, 4_000),  # cfs quota >= 1 ms: 4 ms periods
 )
 CG_V2 = Path("/sys/fs/cgroup")
@@ -50,13 +52,13 @@ class CpuCgroup:
     """A cgroup of its own with a CPU quota; `wrap(argv)` runs argv inside it; `close()` removes it."""
 
     def __init__(self, name: str, fraction: float, period_us: int) -> None:
-        quota_us = max(1000, int(round(fraction * period_us)))
+        quota_us = max(1000, int(round(fraction * period_us))) if fraction > 0 else -1  # -1: no quota
         v2 = CG_V2 / "cgroup.controllers"
         try:
             if v2.exists() and "cpu" in v2.read_text().split():
                 self.dir = CG_V2 / name
                 self.dir.mkdir()
-                (self.dir / "cpu.max").write_text(f"{quota_us} {period_us}")
+                (self.dir / "cpu.max").write_text(f"{quota_us if quota_us > 0 else 'max'} {period_us}")
                 self.kind = "cgroup v2 cpu.max"
             elif (CG_V1_CPU / "cpu.cfs_quota_us").exists():
                 self.dir = CG_V1_CPU / name
@@ -148,6 +150,10 @@ def run() -> dict:
     return out
 
 
+def _f(x, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
 def render_cpu_quota_table(results: dict) -> str:
     """Markdown: one row per quota."""
     r = results["bench"]
@@ -158,11 +164,13 @@ def render_cpu_quota_table(results: dict) -> str:
         k = f"cpu_quota_{label}_"
         if k + "final_state" not in r:
             continue
-        q = "none" if fraction is None else f"{fraction * 100:.0f} % / {period / 1000:g} ms"
+        q = ("none" if fraction is None else "cgroup, no quota" if fraction == 0
+             else f"{fraction * 100:.0f} % / {period / 1000:g} ms")
         sched = str(r.get(k + "scheduling") or "-")
-        lines.append(f"| {q} | {sched} | {r[k + 'compute_ms_p99']:.2f} ms ({r[k + 'compute_cpu_ms_p99']:.2f}) | "
-                     f"{r[k + 'deadline_misses']} | {r[k + 'max_lateness_ms']:.1f} ms | "
-                     f"{r[k + 'stream_period_error_p99']:.3f} | {r.get(k + 'nr_throttled', '-')} | "
+        lines.append(f"| {q} | {sched} | {_f(r[k + 'compute_ms_p99'], '.2f')} ms "
+                     f"({_f(r[k + 'compute_cpu_ms_p99'], '.2f')}) | {r[k + 'deadline_misses']} | "
+                     f"{_f(r[k + 'max_lateness_ms'], '.1f')} ms | {_f(r[k + 'stream_period_error_p99'], '.3f')} | "
+                     f"{r.get(k + 'nr_throttled', '-')} | "
                      f"{r[k + 'final_state']}, {', '.join(r[k + 'safety_events']) or 'none'} |")
     return "\n".join(lines)
 

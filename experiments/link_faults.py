@@ -236,8 +236,21 @@ def analyse(fault: Fault, raw: dict) -> dict:
         return row
     t0 = s["t0_monotonic"]
     f0, f1 = raw["fault_window"]
+    stream = op.get("stream", {})
+    row["commanded_window_s"] = [None if f0 is None else round(f0 - t0, 4), None if f1 is None else round(f1 - t0, 4)]
+    back = f1  # when the link was back: the harness's `ip link set up` and carrier; a burst's kernel timeout
     if fault.kind == "delay":  # the whole run: counted from POLICY's start
         f0 = op.get("events", {}).get("policy")
+    elif fault.kind in ("burst", "down") and f0 is not None:
+        # the nft / ip call starts the fault some ms after the harness's clock read (a process start: 20-190 ms
+        # measured here): the outage as the robot's end saw it, the gap in the deploy's commands, is the window
+        gap = next((g for g in stream.get("gaps_over_20ms", []) if f0 - 0.01 <= g[0] <= f1 + 0.5), None)
+        row["window_from"] = ("the gap in the deploy's commands at the robot's end" if gap else
+                              "the harness's call (no gap over 20 ms at the robot's end)")
+        if gap:
+            f0, f1 = gap[0], gap[0] + gap[1]
+            if fault.kind == "burst":
+                back = f1
     events = s["safety_events"]
     trip = events[0] if events else None
     damped = s["final_state"] == "DAMPING" or trip is not None
@@ -249,7 +262,6 @@ def analyse(fault: Fault, raw: dict) -> dict:
                fault_s=None if (f0 is None or f1 is None) else round(f1 - f0, 4))
     if trip is not None and f0 is not None:
         row["loop_damping_after_s"] = round(trip["time"] - (f0 - t0), 4)
-    stream = op.get("stream", {})
     changes = stream.get("changes", [])
     if damped and f0 is not None:
         d = next((t for t, k in changes if k == "damping" and t >= f0), None)
@@ -257,9 +269,25 @@ def analyse(fault: Fault, raw: dict) -> dict:
     row["robot_max_command_gap_s"] = stream.get("max_gap_s")
     row["robot_commands"] = stream.get("received")
     row["pelvis_min_m"] = op.get("pelvis_min_m")
+    row["run_dir"] = s["run_dir"]
+    if row["fault_start_s"] is not None:
+        row["during_fault"] = lowstate_during(s["run_dir"], row["fault_start_s"], row["fault_s"])
     row["worst_command"] = worst_command(s["run_dir"])
-    row["recovered"] = recovery(s["run_dir"], t0, f1 if f1 is not None else None, stream)
+    row["recovered"] = recovery(s["run_dir"], t0, back, stream)
     return row
+
+
+def lowstate_during(run_dir: str | Path, start_s: float, duration_s: float | None) -> dict:
+    """What the loop received while the fault lasted (its log; times on its clock; duration None: to the end):
+    new LowState samples per second, and the largest age of its latest sample (rx_age, the stale watchdog's)."""
+    from deploy.log import read_log
+
+    log = read_log(run_dir, fields={"tick": ["t", "rx_age", "new"]})
+    end = log["t"][-1] if duration_s is None else start_s + duration_s
+    m = (log["t"] >= start_s) & (log["t"] <= end)
+    span = float(log["t"][m][-1] - log["t"][m][0]) if m.sum() > 1 else 0.0
+    return {"lowstate_hz": round(float(log["new"][m].sum()) / span, 1) if span > 0 else None,
+            "rx_age_max_ms": round(float(log["rx_age"][m].max()) * 1e3, 1) if m.any() else None}
 
 
 def recovery(run_dir: str, t0: float, fault_end: float | None, stream: dict) -> dict | None:
@@ -333,6 +361,7 @@ def run_faults(faults: list[Fault], run_root: Path, on_row: Callable[[list[dict]
                 bridge, _ = start_bridge(w, f.bridge_args())
                 bridge_args = f.bridge_args()
             t = time.monotonic()
+            earlier: list[str] = []
             for attempt in range(1, attempts + 1):
                 print(f"[link-faults] {f.name}: {f.label} (attempt {attempt})", flush=True)
                 try:
@@ -343,10 +372,12 @@ def run_faults(faults: list[Fault], run_root: Path, on_row: Callable[[list[dict]
                     row = {"fault": f.name, "label": f.label, "error": str(e)[-3000:]}
                 w.clear_faults()
                 row["attempts"] = attempt
+                row["earlier_attempts"] = list(earlier)
                 why = disturbed(row)
                 if why is None:
                     break
                 row["disturbed"] = why
+                earlier.append(why if why != "error" else f"error: {row['error'][:300]}")
                 print(f"[link-faults]   disturbed ({why}): again", flush=True)
             row["wall_s"] = round(time.monotonic() - t, 1)
             rows.append(row)
@@ -358,8 +389,9 @@ def run_faults(faults: list[Fault], run_root: Path, on_row: Callable[[list[dict]
 
 def render_link_faults_table(results: dict) -> str:
     """Markdown: one row per fault."""
-    head = ("| fault | loop | trip | damping after (loop / at robot) | worst command: soft-limit margin, step / "
-            "rate limit, kp / max | within limits | recovered after the fault |\n|---|---|---|---|---|---|---|")
+    head = ("| fault | lasted | LowState at the loop during it: rate, oldest | loop | trip | damping after (loop / at "
+            "robot) | worst command: soft-limit margin, step / rate limit, kp / max | within limits | recovered "
+            "after the fault |\n|---|---|---|---|---|---|---|---|---|")
     lines = [head]
 
     def ms(x):
@@ -367,7 +399,7 @@ def render_link_faults_table(results: dict) -> str:
 
     for r in results["rows"]:
         if "error" in r:
-            lines.append(f"| {r['label']} | error | | | | | |")
+            lines.append(f"| {r['label']} | | | error | | | | | |")
             continue
         w = r["worst_command"]
         rec = r.get("recovered")
@@ -379,9 +411,39 @@ def render_link_faults_table(results: dict) -> str:
         damp = "-" if r["loop"] != "damped" else f"{ms(r.get('loop_damping_after_s'))} / {ms(r.get('robot_damping_after_s'))}"
         trip = (r["trip"] or "-").split(":")[0]
         margin = "-" if w["soft_limit_margin_rad"] is None else f"{w['soft_limit_margin_rad']:.3f} rad"
-        lines.append(f"| {r['label']} | {r['loop']} | {trip} | {damp} | {margin}, {w['step_over_rate_limit_max']:.2f}, "
+        dur = "to the end" if r.get("fault_s") is None else f"{r['fault_s']:.3g} s"
+        if r.get("window_from", "").startswith("the harness"):
+            dur += " (as asked: no gap over 20 ms at the robot's end)"
+        if r.get("fault_start_s") is None:
+            dur = "-"
+        d = r.get("during_fault") or {}
+        during = "-" if not d else (f"{d['lowstate_hz']:.0f} Hz, {d['rx_age_max_ms']:.0f} ms"
+                                    if d.get("lowstate_hz") is not None else f"none, {d['rx_age_max_ms']:.0f} ms")
+        lines.append(f"| {r['label']} | {dur} | {during} | {r['loop']} | {trip} | {damp} | {margin}, {w['step_over_rate_limit_max']:.2f}, "
                      f"{w['kp_over_max']:.2f} | {'yes' if w['within_limits'] else 'NO'} | {rec_s} |")
     return "\n".join(lines)
+
+
+def reanalyse(res: dict) -> dict:
+    """The rows again from their runs' files (run_dir: the deploy's summary and log, the operator's report
+    beside it) and the harness's commanded fault windows: a new analysis without new runs."""
+    rows = []
+    for r in res["rows"]:
+        if "run_dir" not in r:
+            rows.append(r)
+            continue
+        summary = json.loads((Path(r["run_dir"]) / "summary.json").read_text())
+        t0 = summary["t0_monotonic"]
+        w0, w1 = r.get("commanded_window_s") or [r["fault_start_s"], None if r["fault_s"] is None
+                                                 else r["fault_start_s"] + r["fault_s"]]
+        if BY_NAME[r["fault"]].kind == "delay":
+            w0 = w1 = None
+        raw = {"code": r["exit_code"], "output": "", "summary": summary,
+               "fault_window": (None if w0 is None else w0 + t0, None if w1 is None else w1 + t0),
+               "operator": json.loads((Path(r["run_dir"]).parent / "operator.json").read_text())}
+        new = analyse(BY_NAME[r["fault"]], raw)
+        rows.append({**new, **{k: r[k] for k in ("attempts", "earlier_attempts", "wall_s") if k in r}})
+    return {**res, "rows": rows}
 
 
 def main(argv=None) -> int:
@@ -390,7 +452,13 @@ def main(argv=None) -> int:
     p.add_argument("--faults", default=",".join(BY_NAME), help=f"comma-separated, of: {', '.join(BY_NAME)}")
     p.add_argument("--out", default=str(OUT))
     p.add_argument("--run-root", default=None, help="where the runs go (default: a temporary folder)")
+    p.add_argument("--reanalyse", action="store_true", help="recompute --out's rows from their runs' files")
     args = p.parse_args(argv)
+    if args.reanalyse:
+        res = reanalyse(json.loads(Path(args.out).read_text()))
+        Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+        print(render_link_faults_table(res))
+        return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up the namespaces on a kill too
     names = [n.strip() for n in args.faults.split(",") if n.strip()]
     bad = [n for n in names if n not in BY_NAME]
