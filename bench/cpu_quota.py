@@ -16,8 +16,10 @@ stops it until the next period. A SCHED_FIFO thread is not subject to the CFS qu
 budget (cpu.rt_runtime_us) is 0 unless granted, so the loop's SCHED_FIFO request is refused inside the
 cgroup and it runs at normal priority (recorded in _scheduling). With the 100 ms period (cpu.max's default)
 a 50 % quota is up to 50 ms stopped at a time; with a 4 ms period (two command periods; a CFS quota is at least 1 ms) the stops are short
-and the quota is closer to a core of that fraction of this one's speed; neither models a slower core's
-cache, memory or instruction timing.
+and the quota is closer to a core of that fraction of this one's speed. The `rt...` rows instead give the cgroup
+an RT budget (cgroup v1 cpu.rt_runtime_us per cpu.rt_period_us): the loop keeps SCHED_FIFO and its process's
+real-time threads share that fraction of every period. None of them models a slower core's caches, memory or
+instruction timing.
 
     python -m bench.cpu_quota [--out results/cpu_quota.json]
 """
@@ -39,6 +41,9 @@ OUT = REPO / "results" / "cpu_quota.json"
 QUOTAS: tuple[tuple[str, float | None, int], ...] = (
     ("none", None, 100_000), ("cgroup_no_quota", 0.0, 100_000), ("50pct_100ms", 0.5, 100_000), ("25pct_100ms", 0.25, 100_000),
     ("50pct_4ms", 0.5, 4_000), ("25pct_4ms", 0.25, 4_000),  # cfs quota >= 1 ms: 4 ms periods
+    # cgroup v1 with an RT budget (cpu.rt_runtime_us per cpu.rt_period_us): the loop keeps SCHED_FIFO, and the
+    # process's real-time threads together get this fraction of each 10 ms
+    ("rt50pct_10ms", 0.5, 10_000), ("rt25pct_10ms", 0.25, 10_000),
 )
 CG_V2 = Path("/sys/fs/cgroup")
 CG_V1_CPU = Path("/sys/fs/cgroup/cpu")
@@ -51,11 +56,19 @@ class QuotaUnavailable(RuntimeError):
 class CpuCgroup:
     """A cgroup of its own with a CPU quota; `wrap(argv)` runs argv inside it; `close()` removes it."""
 
-    def __init__(self, name: str, fraction: float, period_us: int) -> None:
+    def __init__(self, name: str, fraction: float, period_us: int, rt: bool = False) -> None:
         quota_us = max(1000, int(round(fraction * period_us))) if fraction > 0 else -1  # -1: no quota
         v2 = CG_V2 / "cgroup.controllers"
         try:
-            if v2.exists() and "cpu" in v2.read_text().split():
+            if rt:  # cgroup v1 RT group scheduling (cgroup v2 has no per-group RT budget)
+                if not (CG_V1_CPU / "cpu.rt_runtime_us").exists():
+                    raise QuotaUnavailable("no cgroup v1 cpu.rt_runtime_us (RT group scheduling) here")
+                self.dir = CG_V1_CPU / name
+                self.dir.mkdir()
+                (self.dir / "cpu.rt_period_us").write_text(str(period_us))
+                (self.dir / "cpu.rt_runtime_us").write_text(str(quota_us))
+                self.kind = "cgroup v1 cpu.rt_runtime_us"
+            elif v2.exists() and "cpu" in v2.read_text().split():
                 self.dir = CG_V2 / name
                 self.dir.mkdir()
                 (self.dir / "cpu.max").write_text(f"{quota_us if quota_us > 0 else 'max'} {period_us}")
@@ -106,7 +119,7 @@ def dry_run(domain: int, run_root: str, cg: CpuCgroup | None) -> dict:
     return json.loads(Path(line[-1].split(" ", 1)[1]).read_text())
 
 
-def run() -> dict:
+def run(labels: tuple[str, ...] | None = None) -> dict:
     from comm.sim_msgs import SimClient
     from comm.sim_process import launch_bridge_process
     from deploy.cli import BRIDGE_PRIORITY
@@ -123,8 +136,11 @@ def run() -> dict:
         sim = SimClient(domain, timeout=10.0)
         try:
             for label, fraction, period in QUOTAS:
+                if labels is not None and label not in labels:
+                    continue
                 sim.reset()
-                cg = None if fraction is None else CpuCgroup(f"g1quota{os.getpid()}_{label}", fraction, period)
+                cg = None if fraction is None else CpuCgroup(f"g1quota{os.getpid()}_{label}", fraction, period,
+                                                             rt=label.startswith("rt"))
                 try:
                     s = dry_run(domain, tmp, cg)
                     st = cg.stat() if cg else {}
@@ -146,7 +162,7 @@ def run() -> dict:
                       f"{s['compute_ms_p99']} ms, events {[e['kind'] for e in s['safety_events']]} {st}", flush=True)
         finally:
             sim.close()
-    out["cpu_quota_holds_deadline"] = holds
+    out["cpu_quota_holds_deadline"] = holds  # of the runs made by this call
     return out
 
 
@@ -165,7 +181,7 @@ def render_cpu_quota_table(results: dict) -> str:
         if k + "final_state" not in r:
             continue
         q = ("none" if fraction is None else "cgroup, no quota" if fraction == 0
-             else f"{fraction * 100:.0f} % / {period / 1000:g} ms")
+             else f"{'RT budget ' if label.startswith('rt') else ''}{fraction * 100:.0f} % / {period / 1000:g} ms")
         sched = str(r.get(k + "scheduling") or "-")
         lines.append(f"| {q} | {sched} | {_f(r[k + 'compute_ms_p99'], '.2f')} ms "
                      f"({_f(r[k + 'compute_cpu_ms_p99'], '.2f')}) | {r[k + 'deadline_misses']} | "
@@ -179,8 +195,15 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.cpu_quota", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=str(OUT))
+    p.add_argument("--labels", default=None, help="comma-separated labels to run again (kept: the others in --out)")
     args = p.parse_args(argv)
-    res = {"command": "python -m bench.cpu_quota", "bench": run()}
+    labels = tuple(args.labels.split(",")) if args.labels else None
+    old = json.loads(Path(args.out).read_text())["bench"] if labels and Path(args.out).exists() else {}
+    new = run(labels)
+    merged = {**old, **new}
+    merged["cpu_quota_holds_deadline"] = [lb for lb, _, _ in QUOTAS if merged.get(f"cpu_quota_{lb}_final_state") == "HOLD"
+                                          and merged.get(f"cpu_quota_{lb}_deadline_misses") == 0]
+    res = {"command": "python -m bench.cpu_quota", "bench": merged}
     Path(args.out).write_text(json.dumps(res, indent=1, default=str) + "\n")
     print(render_cpu_quota_table(res))
     print(f"wrote {args.out}")
