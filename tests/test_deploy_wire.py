@@ -13,6 +13,7 @@ Root only (CI runs as root): skipped with the reason otherwise; the loss burst a
 """
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import time
@@ -66,8 +67,6 @@ def _observe(w: W.Wire, tmp_path):
 def _preflight_error(w: W.Wire, tmp_path, net_if: str) -> tuple[str, dict]:
     """`make deploy ROBOT=g1 NET_IF=net_if` in the user's namespace; asserts it ended in a pre-flight error
     with no LowCmd of the deploy's at the robot; returns its output and what the robot's end saw."""
-    import json
-
     obs, obs_json = _observe(w, tmp_path)
     argv = LF.deploy_argv(w, tmp_path, 5.0)
     argv = [a if not a.startswith("NET_IF=") else f"NET_IF={net_if}" for a in argv]
@@ -118,6 +117,17 @@ def test_loss_burst_on_the_wire_damps_and_recovers(wire, bridge, tmp_path):
     assert row["final_state"] == "DAMPING"  # latched until a restart
     print(f"300 ms burst: loop damping after {row['loop_damping_after_s'] * 1e3:.0f} ms, at the robot after "
           f"{row['robot_damping_after_s'] * 1e3:.0f} ms; recovered {row['recovered']}")
+
+
+def test_real_robot_needs_its_confirmation(wire, tmp_path):
+    """On the robot's network, without --yes and with no terminal: refused before anything is commanded."""
+    obs, obs_json = _observe(wire, tmp_path)
+    argv = [a.replace("--yes ", "") if a.startswith("ARGS=") else a for a in LF.deploy_argv(wire, tmp_path, 5.0)]
+    r = wire.run(wire.user_ns, argv, capture_output=True, text=True, timeout=120, cwd=LF.REPO,
+                 stdin=subprocess.DEVNULL)
+    W.stop_process(obs)
+    assert "ROBOT=g1 needs an interactive confirmation (stdin is not a terminal); refusing" in r.stderr, r.stderr
+    assert json.loads(obs_json.read_text())["stream"]["received"] == 0
 
 
 def test_preflight_wrong_interface(wire, tmp_path):
