@@ -15,10 +15,10 @@ What it models and what not: the CFS quota gives the process `quota` of CPU time
 stops it until the next period. A SCHED_FIFO thread is not subject to the CFS quota, and a cgroup's RT
 budget (cpu.rt_runtime_us) is 0 unless granted, so the loop's SCHED_FIFO request is refused inside the
 cgroup and it runs at normal priority (recorded in _scheduling). With the 100 ms period (cpu.max's default)
-a 50 % quota is up to 50 ms stopped at a time; with a 4 ms period (two command periods; a CFS quota is at least 1 ms) the stops are short
-and the quota is closer to a core of that fraction of this one's speed. The `rt...` rows instead give the cgroup
-an RT budget (cgroup v1 cpu.rt_runtime_us per cpu.rt_period_us): the loop keeps SCHED_FIFO and its process's
-real-time threads share that fraction of every period. None of them models a slower core's caches, memory or
+a 50 % quota is up to 50 ms stopped at a time; with a 4 ms period (two command periods; a CFS quota is at least
+1 ms) the stops are short and the quota is closer to a core of that fraction of this one's speed. The `rt...`
+rows instead give the cgroup an RT budget (cgroup v1 cpu.rt_runtime_us per cpu.rt_period_us): the loop keeps
+SCHED_FIFO and its process's real-time threads share that fraction of every period. None of them models a slower core's caches, memory or
 instruction timing.
 
     python -m bench.cpu_quota [--out results/cpu_quota.json]

@@ -419,7 +419,8 @@ def render_link_faults_table(results: dict) -> str:
         d = r.get("during_fault") or {}
         during = "-" if not d else (f"{d['lowstate_hz']:.0f} Hz, {d['rx_age_max_ms']:.0f} ms"
                                     if d.get("lowstate_hz") is not None else f"none, {d['rx_age_max_ms']:.0f} ms")
-        lines.append(f"| {r['label']} | {dur} | {during} | {r['loop']} | {trip} | {damp} | {margin}, {w['step_over_rate_limit_max']:.2f}, "
+        lines.append(f"| {r['label']} | {dur} | {during} | {r['loop']} | {trip} | {damp} | "
+                     f"{margin}, {w['step_over_rate_limit_max']:.2f}, "
                      f"{w['kp_over_max']:.2f} | {'yes' if w['within_limits'] else 'NO'} | {rec_s} |")
     return "\n".join(lines)
 

@@ -9,7 +9,8 @@ virtual remote, releases the band when the stand-up is done, presses A, and prin
 (time.monotonic(), the clock every namespace shares) when it did. Until SIGINT/SIGTERM it records every LowCmd
 that reached the robot's side (deploy.link.LowCmdObserver) and the ground truth, then writes --out: the
 command kind changes, gaps in the command stream, and the pelvis's lowest height and largest tilt between the
-band's release and the first damping command (damped, the robot falls: there is no gantry here). Commands carrying WRITER_MARK (the second writer's) are counted apart.
+band's release and the first damping command (damped, the robot falls: there is no gantry here).
+Commands carrying WRITER_MARK (the second writer's) are counted apart.
 
 Writer mode: another process publishing rt/lowcmd at 500 Hz (zero torque, valid CRC, the robot's
 mode_machine; reserve[0] = WRITER_MARK), through unitree_sdk2py's ChannelPublisher, as another controller

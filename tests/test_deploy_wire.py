@@ -26,7 +26,8 @@ from experiments import wire as W
 pytestmark = [pytest.mark.network, pytest.mark.realtime]
 
 STALE_MIN_S, STALE_BOUND_S = 0.09, 0.3  # as tests/test_deploy_dds.py: the stale limit 100 ms + the loop's tick
-OTHER_WRITER_BOUND_S = 1.0  # a second writer appears -> damping sent (DDS discovery of a new participant)
+# a second writer appears -> damping sent: DDS discovery of its participant and writer (measured 182, 320, 594 ms)
+OTHER_WRITER_BOUND_S = 2.0
 
 
 def _require(nft: bool = False) -> None:
