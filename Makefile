@@ -23,7 +23,7 @@ DEPLOY_VENV := .venv-deploy
 VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
 PYTHON ?= python3
 
-.PHONY: setup setup-deploy lint-imports test test-slow gradients-touchdown impulse-training gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table landing-search forward-jump-search forward-jump-far toe-jump-search contact-figure bridge-creep train export eval sim deploy tracking-policies soak calibrate bench clean lo-multicast
+.PHONY: setup setup-deploy lint-imports test test-slow link-faults gradients-touchdown impulse-training gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table landing-search forward-jump-search forward-jump-far toe-jump-search contact-figure bridge-creep train export eval sim deploy tracking-policies soak calibrate bench clean lo-multicast
 
 setup: $(STAMP)
 
@@ -161,6 +161,12 @@ contact-figure: setup
 # results/bridge_creep.json (README "Sim bridge": creep of a standing robot per contact setting)
 bridge-creep: setup
 	$(PY) -m sim.creep $(ARGS)
+
+# results/link_faults.json (docs/link_faults.md): `make deploy ROBOT=g1 NET_IF=<veth>` against the sim bridge at
+# 192.168.123.161 in another network namespace, one run per link fault (loss, bursts, a bandwidth cap, the link
+# down, delay, jitter); ~10 min; root and nftables (apt-get install nftables). One fault: ARGS="--faults burst100"
+link-faults: setup
+	$(PY) -m experiments.link_faults $(ARGS)
 
 bench: setup lo-multicast
 	$(PY) -m bench.run $(ARGS)

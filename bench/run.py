@@ -19,6 +19,7 @@ MODULES: tuple[str, ...] = (
     "bench.host_stalls",
     "bench.estimator",
     "bench.deploy",
+    "bench.cpu_quota",
     "bench.bridge",
     "bench.gradients",
     "bench.contact_cost",

@@ -6,6 +6,7 @@ process). Importing this module has no side effects beyond comm.dds_compat's ver
 """
 from __future__ import annotations
 
+import ipaddress
 import socket
 import threading
 from pathlib import Path
@@ -14,10 +15,12 @@ from typing import Any
 from comm import dds_compat
 
 ROBOT_DOMAIN = 0  # real G1: domain 0 on the ethernet interface wired to 192.168.123.x
+ROBOT_NETWORK = ipaddress.IPv4Network("192.168.123.0/24")  # the G1's internal network (its PCs and the user's)
+ROBOT_IP = ipaddress.IPv4Address("192.168.123.161")  # the G1's locomotion computer: LowState / LowCmd
 SIM_DOMAIN = 1  # simulation convention: domain 1 on loopback
 SIM_INTERFACE = "lo"
 MAX_DOMAIN_ID = 232  # cyclonedds' default port mapping (7400 + 250 d + ...) must stay < 65536
-IFF_MULTICAST = 0x1000  # <linux/if.h>
+IFF_UP, IFF_MULTICAST = 0x1, 0x1000  # <linux/if.h>
 
 
 class DDSInitError(RuntimeError):
@@ -35,12 +38,68 @@ def available_interfaces() -> list[str]:
         return []
 
 
-def interface_multicast(name: str) -> bool | None:
-    """Whether the interface has the MULTICAST flag (None where that cannot be read)."""
+def _interface_flag(name: str, flag: int) -> bool | None:
     try:
-        return bool(int(Path(f"/sys/class/net/{name}/flags").read_text(), 16) & IFF_MULTICAST)
+        return bool(int(Path(f"/sys/class/net/{name}/flags").read_text(), 16) & flag)
     except (OSError, ValueError):
         return None
+
+
+def interface_multicast(name: str) -> bool | None:
+    """Whether the interface has the MULTICAST flag (None where that cannot be read)."""
+    return _interface_flag(name, IFF_MULTICAST)
+
+
+def interface_link_up(name: str) -> bool | None:
+    """Whether the interface is up with a carrier (a cable, a peer), None where that cannot be read."""
+    up = _interface_flag(name, IFF_UP)
+    if up is None:
+        return None
+    try:  # reading `carrier` of an interface that is down fails (EINVAL)
+        return up and Path(f"/sys/class/net/{name}/carrier").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def interface_ipv4(name: str) -> list[ipaddress.IPv4Interface]:
+    """The interface's IPv4 addresses with their prefixes (psutil: every address, not only the primary)."""
+    import psutil
+
+    return [ipaddress.IPv4Interface(f"{a.address}/{a.netmask}") for a in psutil.net_if_addrs().get(name, ())
+            if a.family == socket.AF_INET and a.netmask]
+
+
+def robot_interfaces() -> list[str]:
+    """The interfaces here with an address on the robot's network."""
+    import psutil
+
+    return sorted(n for n in psutil.net_if_addrs() if any(a.ip in ROBOT_NETWORK for a in interface_ipv4(n)))
+
+
+def check_robot_interface(interface: str) -> None:
+    """Raise DDSInitError with the fix unless `interface` can reach the G1: it exists, is up with a
+    carrier, has an address on ROBOT_NETWORK other than the robot's own, and is multicast-capable
+    (DDS discovery with the robot's computer uses multicast)."""
+    check_interface(interface)
+    if interface_link_up(interface) is False:
+        raise DDSInitError(f"network interface {interface!r} is down or has no link (no carrier): check the cable "
+                           f"to the robot and the switch, and `sudo ip link set {interface} up`")
+    addrs = interface_ipv4(interface)
+    mine = [a for a in addrs if a.ip in ROBOT_NETWORK]
+    if not mine:
+        others = [n for n in robot_interfaces() if n != interface]
+        raise DDSInitError(
+            f"network interface {interface!r} has no address on the robot's network {ROBOT_NETWORK} (the G1 is "
+            f"{ROBOT_IP}); its IPv4 addresses: {', '.join(map(str, addrs)) or 'none'}. "
+            + (f"Interfaces here on that network: {', '.join(others)}. " if others else "")
+            + f"Use the interface wired to the robot, or give it an address: "
+              f"`sudo ip addr add 192.168.123.222/24 dev {interface}`")
+    if all(a.ip == ROBOT_IP for a in mine):
+        raise DDSInitError(f"network interface {interface!r} has the robot's own address {ROBOT_IP}: give this "
+                           f"computer another 192.168.123.x address (e.g. 192.168.123.222/24)")
+    if interface_multicast(interface) is False:
+        raise DDSInitError(f"network interface {interface!r} is not multicast-capable, and DDS discovery with the "
+                           f"robot uses multicast: `sudo ip link set {interface} multicast on`")
 
 
 def multicast_note(interface: str) -> str | None:

@@ -132,7 +132,7 @@ def main(argv=None) -> int:
         from deploy.preflight import check_artifact, check_interface
 
         art = check_artifact(policy_dir)
-        check_interface(args.net_if)
+        check_interface(args.net_if, robot=args.robot == "g1")
         from deploy import velocity
 
         try:

@@ -89,16 +89,20 @@ class Link:
         self._parsed: StateSample | None = None
         self._builder = LowCmdBuilder()
         self._cmd_seen = 0
+        self._cmd_writers = 0  # other rt/lowcmd writers matched now (the reader's subscription-matched status)
         try:
             self._state_topic = Topic(self.participant, hg.TOPIC_LOWSTATE, LowState_)
             self._cmd_topic = Topic(self.participant, hg.TOPIC_LOWCMD, LowCmd_)
             qos = Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(1))
             self._reader = DataReader(self.participant, self._state_topic, qos,
                                       Listener(on_data_available=self._on_state))
-            # A reader on rt/lowcmd to find other publishers (pre-flight); created now so discovery
-            # has run by the time the check looks.
-            self._cmd_reader = DataReader(self.participant, self._cmd_topic, qos,
-                                          Listener(on_data_available=self._on_foreign_cmd))
+            # A reader on rt/lowcmd that hears every other publisher, never our own writer (IgnoreLocal): pre-flight
+            # refuses to start beside one, and the loop damps when one appears (`other_commanders`). Created now so
+            # discovery has run by the time pre-flight looks.
+            cmd_qos = Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(1), Policy.IgnoreLocal.Participant)
+            self._cmd_reader = DataReader(self.participant, self._cmd_topic, cmd_qos,
+                                          Listener(on_data_available=self._on_foreign_cmd,
+                                                   on_subscription_matched=self._on_cmd_matched))
         except BaseException:
             self.close()
             raise
@@ -158,15 +162,21 @@ class Link:
     def _on_foreign_cmd(self, reader: Any) -> None:
         self._cmd_seen += len(dds_compat.take_raw_payloads(reader, 32))
 
+    def _on_cmd_matched(self, reader: Any, status: Any) -> None:
+        self._cmd_writers = int(status.current_count)
+
     def other_lowcmd_publishers(self, listen_s: float = 0.3) -> tuple[int, int]:
-        """(matched writers on rt/lowcmd other than ours, LowCmd samples heard in listen_s)."""
+        """(rt/lowcmd writers matched other than ours, their LowCmd samples heard in listen_s)."""
         seen0 = self._cmd_seen
         time.sleep(listen_s)
-        handles = self._cmd_reader.get_matched_publications()
-        ours = 0
-        if self._writer is not None:
-            ours = 1
-        return max(0, len(handles) - ours), self._cmd_seen - seen0
+        return len(self._cmd_reader.get_matched_publications()), self._cmd_seen - seen0
+
+    def other_commanders(self) -> tuple[int, int]:
+        """(other rt/lowcmd writers matched now, their samples heard so far): two reads, cheap at any rate;
+        (0, 0) after stop_listening_lowcmd."""
+        if self._cmd_reader is None:
+            return 0, 0
+        return self._cmd_writers, self._cmd_seen
 
     def stop_listening_lowcmd(self) -> None:
         """After pre-flight: the rt/lowcmd reader would only hear our own commands."""

@@ -4,7 +4,8 @@ One thread, scheduled against absolute deadlines (command stream every g1.COMMAN
 the policy on every 10th command tick = g1.CONTROL_DT); each tick's work starts SEND_LEAD_S before
 its deadline and its LowCmd is written at the deadline; a late wake-up skips the missed slots
 instead of bursting, and never sleeps a full period after its work. Every command passes through
-`safety.SafetyMonitor`, whose latch turns every later command into damping.
+`safety.SafetyMonitor`, whose latch turns every later command into damping; so does another rt/lowcmd
+publisher appearing on the domain (deploy.link.Link.other_commanders; pre-flight refuses to start beside one).
 
 Programmatic use (the CLI is a thin wrapper):
 
@@ -196,6 +197,7 @@ class ControlLoop:
         self._est_cpu_ms_last = 0.0
         self._est = None
         self._damping_since = None
+        self._cmd_heard0 = self.link.other_commanders()[1]  # pre-flight passed: none were heard before this
 
     def _should_end(self, t: float) -> str | None:
         cfg = self.cfg
@@ -330,6 +332,11 @@ class ControlLoop:
         held = frozenset(remote.button_names(st.remote.buttons))
         pressed = self.edges.update(held) if new else frozenset()
 
+        # another rt/lowcmd publisher (a controller started beside this one): the robot would apply both streams
+        writers, heard = self.link.other_commanders()
+        if (writers or heard != self._cmd_heard0) and not mon.latched:
+            mon.trip("other_commander", f"another process publishes rt/lowcmd ({writers} matched writers, "
+                                        f"{heard - self._cmd_heard0} commands heard): stop it, then restart", wake)
         # operator inputs: SIGINT, remote, auto script
         if self._sigint.is_set() and sm.state != State.DAMPING:
             reason = getattr(self, "_sigint_reason", "sigint")
@@ -492,7 +499,6 @@ def run(cfg: LoopConfig, echo: Callable[[str], None] = print, on_loop: Callable[
     sim_client = None
     try:
         run_preflight(link, cfg.state_timeout_s, cfg.preflight_listen_s)
-        link.stop_listening_lowcmd()
         if cfg.sim and (cfg.auto or cfg.ground_truth):
             from comm.sim_msgs import SimClient
 

@@ -5,7 +5,8 @@ the LowCmd writer does not even exist until all of them pass):
   1. the policy artifact loads and matches robots/ (joints, gains within robots/gains.py's bounds,
      default pose, observation terms the runtime builds, ONNX sizes); any supported format
      (policies.adapters.load_policy: native, mjlab / BeyondMimic, holosoma, unitree_rl_lab)
-  2. the network interface exists                             (comm.dds.check_interface)
+  2. the network interface exists                             (comm.dds.check_interface); on the robot
+     also up with a carrier, on 192.168.123.0/24, multicast      (comm.dds.check_robot_interface)
   3. DDS initialises on (domain, interface)                   (comm.dds.init_dds)
   4. LowState arrives within a timeout, with a valid CRC
   5. mode_machine is known and is the robot the artifact is for (29-DoF rev 1.0)
@@ -39,9 +40,14 @@ def check_artifact(policy_dir) -> Artifact:
         raise PreflightError(f"policy artifact rejected: {e}") from e
 
 
-def check_interface(interface: str | None) -> None:
+def check_interface(interface: str | None, robot: bool = False) -> None:
+    """The interface exists; for the robot (`robot`) also: up with a carrier, an address on the robot's
+    network, multicast (comm.dds.check_robot_interface)."""
     try:
-        dds.check_interface(interface)
+        if robot:
+            dds.check_robot_interface(interface)
+        else:
+            dds.check_interface(interface)
     except dds.DDSInitError as e:
         raise PreflightError(str(e)) from e
 

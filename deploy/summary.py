@@ -71,6 +71,7 @@ def write_results(loop: ControlLoop, final_state: str, end_t: float) -> dict:
         "estop_to_damping_s": loop.estop_latency_s,
         "max_lateness_ms": pct(ticks["lateness"] * 1e3, 100),
         "duration_s": round(float(end_t), 3),
+        "t0_monotonic": round(float(getattr(loop, "t0", 0.0)), 6),  # the run's clock origin (time.monotonic())
         "motion": loop.art.spec.motion.name,
         "policy_dir": str(loop.art.path),
         "domain": loop.link.domain,

@@ -134,6 +134,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("fault injection")
     g.add_argument("--state-latency-ms", type=_nonneg, default=default(F, "state_latency_ms"), help="added LowState latency")
     g.add_argument("--cmd-latency-ms", type=_nonneg, default=default(F, "cmd_latency_ms"), help="added LowCmd latency")
+    g.add_argument("--jitter-ms", type=_nonneg, default=default(F, "jitter_ms"),
+                   help="LowState and LowCmd each delayed a further uniform [0, J] ms (in order)")
     g.add_argument("--state-drop", type=_prob, default=default(F, "state_drop"), help="LowState drop probability")
     g.add_argument("--cmd-drop", type=_prob, default=default(F, "cmd_drop"), help="LowCmd drop probability")
     g.add_argument("--crc-corrupt", type=_prob, default=default(F, "crc_corrupt"),
@@ -187,7 +189,8 @@ def config_from_args(ns: argparse.Namespace) -> BridgeConfig:
                         stiffness=ns.band_stiffness, damping=ns.band_damping),
         noise=NoiseConfig(ns.gyro_noise, ns.accel_noise, ns.joint_pos_noise, ns.joint_vel_noise,
                           ns.gyro_bias, ns.accel_bias),
-        faults=FaultConfig(ns.state_latency_ms, ns.cmd_latency_ms, ns.state_drop, ns.cmd_drop, ns.crc_corrupt),
+        faults=FaultConfig(ns.state_latency_ms, ns.cmd_latency_ms, ns.state_drop, ns.cmd_drop, ns.crc_corrupt,
+                           ns.jitter_ms),
         pushes=tuple(parse_push(s) for s in ns.push),
         remote_script=parse_remote_script(ns.remote_script),
     )

@@ -62,6 +62,7 @@ class FaultConfig:
     state_drop: float = 0.0  # probability a LowState is not published
     cmd_drop: float = 0.0  # probability a received LowCmd is discarded
     crc_corrupt: float = 0.0  # probability a published LowState carries a wrong CRC
+    jitter_ms: float = 0.0  # LowState and LowCmd each delayed a further uniform [0, jitter_ms], kept in order
 
     def any(self) -> bool:
         return any(v != 0 for v in dataclasses.astuple(self))

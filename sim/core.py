@@ -21,7 +21,7 @@ from comm import sim_msgs
 from comm.hg import check_lowcmd, lowstate_cdr, lowstate_record
 from robots.physics import quat_to_rpy
 from sim.config import BridgeConfig
-from sim.faults import DelayLine, corrupt_crc, happens, noisy_sensors
+from sim.faults import DelayLine, corrupt_crc, delay_s, happens, noisy_sensors
 from sim.physics import BridgeSim
 from sim.remote import VirtualRemote
 
@@ -88,7 +88,7 @@ class BridgeCore:
             if happens(f.cmd_drop, self._rng):
                 c["cmd_dropped"] += 1
                 continue
-            self._cmd_delay.push(sim.clock + f.cmd_latency_ms * 1e-3, msg)
+            self._cmd_delay.push(sim.clock + delay_s(f.cmd_latency_ms, f.jitter_ms, self._rng), msg)
         for msg in self._cmd_delay.pop_due(sim.clock):
             arrays, reason = check_lowcmd(msg)
             if reason is None:
@@ -157,7 +157,8 @@ class BridgeCore:
         gt = None
         if publish_state:
             self._n_states += 1
-            self._state_delay.push(sim.clock + self.cfg.faults.state_latency_ms * 1e-3, self.capture_state())
+            f = self.cfg.faults
+            self._state_delay.push(sim.clock + delay_s(f.state_latency_ms, f.jitter_ms, self._rng), self.capture_state())
             if self._n_states % self.cfg.gt_decimation == 0:
                 gt = sim.ground_truth()
         for rec in self._state_delay.pop_due(sim.clock):

@@ -22,6 +22,11 @@ def happens(probability: float, rng: np.random.Generator) -> bool:
     return probability > 0 and rng.random() < probability
 
 
+def delay_s(latency_ms: float, jitter_ms: float, rng: np.random.Generator) -> float:
+    """A message's delay: latency_ms plus a uniform draw in [0, jitter_ms] (none when jitter_ms is 0), in s."""
+    return (latency_ms + (rng.uniform(0.0, jitter_ms) if jitter_ms > 0 else 0.0)) * 1e-3
+
+
 def corrupt_crc(rec: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """A copy of a LowState record whose crc is xor-ed with a random non-zero word (always wrong)."""
     rec = rec.copy()
@@ -46,12 +51,15 @@ def noisy_sensors(q: np.ndarray, dq: np.ndarray, gyro: np.ndarray, acc: np.ndarr
 
 
 class DelayLine:
-    """FIFO of items released at a due time (constant latency keeps it ordered)."""
+    """FIFO of items released at a due time, in the order pushed: an item due before the one pushed ahead
+    of it waits for that one (one path with a queue: jitter delays, never reorders)."""
 
     def __init__(self) -> None:
         self._q: collections.deque = collections.deque()
 
     def push(self, due: float, item: Any) -> None:
+        if self._q and due < self._q[-1][0]:
+            due = self._q[-1][0]
         self._q.append((due, item))
 
     def pop_due(self, now: float) -> list[Any]:

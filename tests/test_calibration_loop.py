@@ -44,6 +44,9 @@ class RecordingLink:
     def latest(self):
         return self.sample
 
+    def other_commanders(self):
+        return 0, 0
+
     def send(self, cmd, mode_machine, at=None):
         raw = bytearray(self.builder.build(cmd, mode_machine).tobytes())
         self.records.append(hg.lowcmd_arrays(np.frombuffer(raw, dtype=hg.LOWCMD_DTYPE).reshape(())))

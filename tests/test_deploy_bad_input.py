@@ -150,8 +150,9 @@ def test_real_robot_needs_interface_domain_and_confirmation(tmp_path):
     assert r.returncode == EXIT_PREFLIGHT and "domain 0, not 1" in r.stderr
     r = run_cli("--robot", "g1", "--motion", "stand", "--net-if", "lo", "--auto")
     assert r.returncode == EXIT_PREFLIGHT and "--i-know-this-is-a-real-robot" in r.stderr
-    r = run_cli("--robot", "g1", "--motion", "stand", "--net-if", "lo")  # stdin is not a terminal
-    assert r.returncode == EXIT_PREFLIGHT and "needs an interactive confirmation" in r.stderr
+    r = run_cli("--robot", "g1", "--motion", "stand", "--net-if", "lo")  # lo is not on the robot's network
+    assert r.returncode == EXIT_PREFLIGHT and "'lo' has no address on the robot's network 192.168.123.0/24" in r.stderr
+    # the interactive confirmation on an interface that is on the robot's network: tests/test_deploy_wire.py
 
 
 def test_bad_cpus_refused_before_anything_starts():

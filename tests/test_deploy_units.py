@@ -145,6 +145,11 @@ class FakeLink:
     def latest(self):
         return self.sample
 
+    others = (0, 0)  # (other rt/lowcmd writers matched, their samples heard): deploy.link.Link.other_commanders
+
+    def other_commanders(self):
+        return self.others
+
     def send(self, cmd, mode_machine, at=None):
         raw = bytearray(self.builder.build(cmd, mode_machine).tobytes())  # (.copy() drops the padding bytes)
         self.records.append(np.frombuffer(raw, dtype=hg.LOWCMD_DTYPE).reshape(()))
@@ -250,33 +255,59 @@ def test_no_lowcmd_leaving_the_loop_exceeds_limits(stand_art, estimator, states,
     assert loop.monitor.latched == (loop.sm.state == State.DAMPING)
 
 
+OK_STATE = (np.full(N, 0.5), np.zeros(N), 0.0, None, 0)
+
+
+def _loop_in_hold(stand_art, estimator, link, runtime=None) -> ControlLoop:
+    """A ControlLoop on `link` driven tick by tick (watchdogs off), in HOLD after one position command."""
+    from safety import WatchdogConfig
+
+    loop = ControlLoop(LoopConfig(policy_dir=str(stand_art.path)), stand_art, link, runtime=runtime,
+                       echo=lambda s: None, estimator=estimator)
+    loop.init_run_state(0.0, WatchdogConfig(1e9, 1e9, 1e9))
+    link.sample = _sample(OK_STATE, 1, 0.0)
+    loop.sm.go(State.HOLD, 0.0, "test")
+    loop._hold_from = g1.DEFAULT_JOINT_POS.copy()
+    loop._tick(0, 0.0, 0.0)
+    assert hg.lowcmd_arrays(link.records[-1]).kp[:N].tolist() == g1.KP.tolist()  # HOLD: position
+    return loop
+
+
 def test_exception_in_the_loop_sends_damping_and_latches(stand_art, estimator):
     class Boom(PolicyRuntime):
         def infer(self, obs):
             raise RuntimeError("onnxruntime went away")
 
     link = FakeLink()
-    loop = ControlLoop(LoopConfig(policy_dir=str(stand_art.path)), stand_art, link, runtime=Boom(stand_art),
-                       echo=lambda s: None, estimator=estimator)
-    from safety import WatchdogConfig
-
-    loop.init_run_state(0.0, WatchdogConfig(1e9, 1e9, 1e9))
-    ok = (np.full(N, 0.5), np.zeros(N), 0.0, None, 0)
-    link.sample = _sample(ok, 1, 0.0)
-    loop.sm.go(State.HOLD, 0.0, "test")
-    loop._hold_from = g1.DEFAULT_JOINT_POS.copy()
-    loop._tick(0, 0.0, 0.0)
-    assert hg.lowcmd_arrays(link.records[-1]).kp[:N].tolist() == g1.KP.tolist()  # HOLD: position
+    loop = _loop_in_hold(stand_art, estimator, link, runtime=Boom(stand_art))
     loop.sm.go(State.POLICY, 0.002, "test")
     loop._on_enter(State.HOLD, State.POLICY, 0.002, 1, link.sample.state)
     for k in range(1, 6):
-        link.sample = _sample(ok, k + 1, k * 0.002)
+        link.sample = _sample(OK_STATE, k + 1, k * 0.002)
         loop._tick(k, k * 0.002, 0.0)  # the runtime raises on the first policy step
         a = hg.lowcmd_arrays(link.records[-1])
         assert np.all(a.kp[:N] == 0) and np.all(a.kd[:N] == g1.DAMPING_KD)
     assert loop.sm.state == State.DAMPING
     assert [e["kind"] for e in loop.monitor.events] == ["exception"]
     assert "onnxruntime went away" in loop.monitor.events[0]["detail"]
+
+
+def test_another_lowcmd_writer_appearing_damps_on_the_next_tick(stand_art, estimator):
+    """A second rt/lowcmd publisher matched during a run (deploy.link.Link.other_commanders): the next command
+    is damping, latched, with the trip naming it; samples heard count too, and only those after the run began."""
+    for others in ((1, 0), (0, 3)):
+        link = FakeLink()
+        link.others = (0, 5)  # heard before the run (pre-flight passed: they are the baseline)
+        loop = _loop_in_hold(stand_art, estimator, link)
+        link.others = (others[0], 5 + others[1])
+        for k in (1, 2):
+            link.sample = _sample(OK_STATE, k + 1, k * 0.002)
+            loop._tick(k, k * 0.002, 0.0)
+            a = hg.lowcmd_arrays(link.records[-1])
+            assert np.all(a.kp[:N] == 0) and np.all(a.kd[:N] == g1.DAMPING_KD)
+        assert loop.sm.state == State.DAMPING
+        assert [e["kind"] for e in loop.monitor.events] == ["other_commander"]
+        assert f"({others[0]} matched writers, {others[1]} commands heard)" in loop.monitor.events[0]["detail"]
 
 
 def test_max_run_s_ends_a_run_in_damping_too(stand_art, estimator):

@@ -105,6 +105,9 @@ class RecordingLink:
     def latest(self):
         return self.sample
 
+    def other_commanders(self):
+        return 0, 0
+
     def send(self, cmd, mode_machine, at=None):
         self.sent.append(cmd)
         return time.monotonic()

@@ -216,6 +216,21 @@ def test_rejected_commands_are_counted_and_never_applied():
     assert bridge.counters["cmd_accepted"] == 0 and bridge.counters["cmd_received"] == 40
 
 
+def test_jitter_delays_lowstate_within_its_bounds_in_order():
+    """--jitter-ms: each LowState delayed latency + uniform [0, J] ms, released in the order measured (a
+    queue: one that would overtake waits); hand bounds: delays in [5, 15] ms at 1 ms steps, spread over them."""
+    b = offline_bridge(faults=FaultConfig(state_latency_ms=5, jitter_ms=10), seed=3)
+    out = []  # (publication clock in ms, measured tick in ms)
+    for _ in range(2000):
+        s, _ = b.advance(publish_state=(b.sim.steps + 1) % 2 == 0)
+        out += [(round(b.sim.clock * 1e3), int(hg.lowstate_record_from_cdr(x)["tick"])) for x in s]
+    delay = np.array([c - t for c, t in out])
+    ticks = [t for _, t in out]
+    assert ticks == sorted(ticks) and len(set(ticks)) == len(ticks)  # in order, none twice
+    assert delay.min() >= 5 and delay.max() <= 15 + 1, (delay.min(), delay.max())
+    assert delay.max() - delay.min() >= 8 and len(out) > 0.95 * 1000 - 10  # jittered, and nothing lost
+
+
 def test_state_latency_drop_corruption_and_pause():
     late = offline_bridge(faults=FaultConfig(state_latency_ms=10))
     ticks = [int(s["tick"]) for s in run_steps(late, 40)]
