@@ -23,7 +23,7 @@ DEPLOY_VENV := .venv-deploy
 VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
 PYTHON ?= python3
 
-.PHONY: setup setup-deploy lint-imports test test-slow gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table landing-search forward-jump-search forward-jump-far toe-jump-search contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
+.PHONY: setup setup-deploy lint-imports test test-fast test-slow docs docs-tables gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table landing-search forward-jump-search forward-jump-far toe-jump-search contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
 
 setup: $(STAMP)
 
@@ -60,8 +60,15 @@ lo-multicast:
 	@ip link show lo | grep -q MULTICAST || ip link set lo multicast on 2>/dev/null || \
 	  echo "warning: lo is not multicast-capable; run 'sudo ip link set lo multicast on' for DDS tests"
 
+# The full suite (what CI runs): everything but the `slow` trainings.
 test: setup lo-multicast lint-imports
 	$(PY) -m pytest -q $(ARGS)
+
+# The contributor's loop: unit and contract tests, no JAX compiles (but the one jitted env-vs-deploy observation
+# contract, marked `fast`), no real-time DDS runs, no downloads, no soaks (markers: pyproject.toml).
+FAST_MARKERS := fast or not (jax or realtime or network or soak or slow or dds)
+test-fast: setup lint-imports
+	$(PY) -m pytest -q -m "$(FAST_MARKERS)" $(ARGS)
 
 # The import contracts of pyproject.toml ([tool.importlinter]): layering, no jax outside train/.
 lint-imports: setup
@@ -147,6 +154,14 @@ contact-figure: setup
 # results/bridge_creep.json (README "Sim bridge": creep of a standing robot per contact setting)
 bridge-creep: setup
 	$(PY) -m sim.creep $(ARGS)
+
+# The documentation site (mkdocs.yml, docs/): strict, so a broken link or a page missing from the nav fails.
+docs: setup
+	.venv/bin/mkdocs build --strict --site-dir site $(ARGS)
+
+# Rewrite every results table in README.md and docs/*.md from results/*.json (docs/tables.py's registry).
+docs-tables: setup
+	$(PY) docs/tables.py $(ARGS)
 
 bench: setup lo-multicast
 	$(PY) -m bench.run $(ARGS)

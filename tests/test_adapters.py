@@ -62,6 +62,7 @@ def random_state(rng):
 
 
 # ---------------------------------------------------------------- holosoma (real files)
+@pytest.mark.network
 @pytest.mark.parametrize("name", ["ppo_g1_29dof.onnx", "fastsac_g1_29dof.onnx"])
 def test_holosoma_loco_models_read_and_observe_in_sorted_order(holosoma_models, name):
     f = holosoma_models / LOCO / name
@@ -100,11 +101,13 @@ def test_holosoma_loco_models_read_and_observe_in_sorted_order(holosoma_models, 
     np.testing.assert_allclose(out2.obs[35:37], [-1, -1], atol=1e-9)
 
 
+@pytest.mark.network
 def test_holosoma_wbt_refused_naming_the_terms(holosoma_models):
     with pytest.raises(PreflightError, match="motion_ref_ori_b"):
         check_artifact(holosoma_models / "holosoma_inference/models/wbt/ppo_g1_29dof_dancing.onnx")
 
 
+@pytest.mark.network
 def test_holosoma_sidecar_replaces_the_defaults_and_missing_keys_are_named(holosoma_models, tmp_path):
     f = tmp_path / "loco.onnx"
     shutil.copy(holosoma_models / LOCO / "ppo_g1_29dof.onnx", f)

@@ -23,7 +23,7 @@ from comm.sim_process import REPO_ROOT, launch_bridge_process
 from sim.node import LOOP_PHASES
 from robots import g1
 
-pytestmark = pytest.mark.dds
+pytestmark = [pytest.mark.dds, pytest.mark.realtime]  # the sim bridge in real time over DDS on lo
 
 
 @pytest.fixture(scope="module")
