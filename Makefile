@@ -6,6 +6,8 @@ export PYTHONPATH := $(CURDIR)
 export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/.cache/jax
 export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS ?= 0
 export MPLBACKEND ?= Agg
+# XLA's CPU loader logs a false SIGILL alarm per program loaded from the cache above (train/__init__.py says why)
+export TF_CPP_MIN_LOG_LEVEL ?= 3
 
 MOTION ?= jump
 ALGO ?= bcg
@@ -157,7 +159,7 @@ bridge-creep: setup
 
 # The documentation site (mkdocs.yml, docs/): strict, so a broken link or a page missing from the nav fails.
 docs: setup
-	.venv/bin/mkdocs build --strict --site-dir site $(ARGS)
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site $(ARGS)
 
 # Rewrite every results table in README.md and docs/*.md from results/*.json (docs/tables.py's registry).
 docs-tables: setup

@@ -3,6 +3,7 @@ import os
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".cache", "jax"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before jax loads: no false SIGILL alarms per cached program (train/__init__.py)
 # Tests compile many small programs and run each a few times: XLA's LLVM backend at optimisation level 0
 # compiles the gradient tests 21-38 % faster here (measured pinned to one core, cold cache:
 # test_mjx_model's batched gradient 173 -> 137 s, test_contact's touch-down gradient 174 -> 107 s); it
