@@ -46,7 +46,7 @@ $(STAMP): requirements.lock pyproject.toml
 setup-deploy: $(DEPLOY_VENV)/.installed
 
 $(DEPLOY_VENV)/.installed: requirements-deploy.lock
-	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) (3.11) is required: see README 'Robot computer'"; exit 1; }
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) (3.11) is required: see docs/robot-computer.md"; exit 1; }
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
 	  echo "$(PYTHON) >= 3.11 is required; found $$($(PYTHON) -V); e.g. make setup-deploy PYTHON=python3.11"; exit 1; }
 	@test -d $(DEPLOY_VENV) || $(PYTHON) -m venv $(DEPLOY_VENV) || { \
@@ -102,58 +102,58 @@ soak: $(VENV)/.installed lo-multicast
 calibrate: setup lo-multicast
 	$(PY) -m calibration.cli --robot $(ROBOT) $(if $(NET_IF),--net-if $(NET_IF)) $(ARGS)
 
-# The seed's contact-stiffness experiment: trainings one after another (~1 h on this CPU), then eval;
+# The seed study's contact-stiffness experiment (docs/experiments.md): trainings one after another (~1 h on a 2-core CPU), then eval;
 # writes results/stiffness_transfer.json and results/bcg_vs_shac.json (rows already there are kept).
-# results/gradients_sigmoid_h32.json (README "Bundled Contact Gradients": the sigmoid-contact table)
+# results/gradients_sigmoid_h32.json and _h8.json (docs/experiments.md: gradient quality on the sigmoid contact)
 gradients-sigmoid: setup
 	$(PY) -m bench.gradients --contact sigmoid --horizon 32 --seeds 6 --ref-seeds 0 --no-all --stiffness k50 k300 --out results/gradients_sigmoid_h32.json $(ARGS)
 
 gradients-sigmoid-h8: setup
 	$(PY) -m bench.gradients --contact sigmoid --horizon 8 --seeds 6 --ref-seeds 0 --no-all --stiffness k50 k100 k300 --out results/gradients_sigmoid_h8.json $(ARGS)
 
-# Issue 13 item 6: per-step Jacobian norms of the closed loop around touch-down, bundled and not (~15 min)
+# results/step_jacobians.json: per-step Jacobian norms of the closed loop around touch-down, bundled and not (~15 min)
 step-jacobians: setup
 	$(PY) -m bench.step_jacobians --horizon 32 --envs 4 --out results/step_jacobians.json $(ARGS)
 
 stiffness-transfer: setup
 	$(PY) -m experiments.stiffness $(ARGS)
 
-# Issue 17 item 3, the sim-to-real proxy: calibrate the bridge with hidden perturbations, eval and dry-run the
-# nominal and the calibrated jump on it (no training here); writes results/calibration_loop.json (steps kept).
+# The sim-to-real proxy (docs/calibration.md): calibrate the bridge with hidden perturbations, eval and dry-run the
+# nominal and the calibrated hop on it (no training here); writes results/calibration_loop.json (steps kept).
 calibration-loop: setup lo-multicast
 	$(PY) -m experiments.calibration_loop $(ARGS)
 
-# Issue 14 items 5-6: every policies/g1/<motion>/ through eval (20 episodes, seed 0) and one real-time dry run on the
+# Every policies/g1/<motion>/ through eval (20 episodes, seed 0) and one real-time dry run on the
 # sim bridge (DDS domain 180), with its provenance; writes results/motions.json (rows kept while the ONNX is unchanged)
 # and prints the markdown table. A new motion: make motion-table ARGS="--motions <name>"
 motion-table: setup lo-multicast
 	$(PY) -m experiments.motion_table $(ARGS)
 
-# results/landing_search.json (README "Motions": jump_swing's landing keyframes and why)
+# results/landing_search.json (docs/motions.md: jump_swing's landing keyframes)
 landing-search: setup
 	$(PY) -m experiments.landing_search $(ARGS)
 
-# results/forward_jump_search.json (README "Motions": session 11's forward jump search, from the draft);
+# results/forward_jump_search.json (docs/motions.md: the forward jump search from the draft);
 # results/forward_jump_search_tau.json: ARGS="--start toe --tau-max 0.75 --rounds 7 --out results/forward_jump_search_tau.json"
 # (motions/forward_jump_toes.yaml)
 forward-jump-search: setup
 	$(PY) -m experiments.forward_jump_search $(ARGS)
 
-# results/forward_jump_search_far.json (README "Motions": motions/forward_jump.yaml, issue 14 item 3's reference):
+# results/forward_jump_search_far.json (docs/motions.md: motions/forward_jump.yaml):
 # forward_jump_toes's keyframes with the flight's travel raised a centimetre a step, then polished (~8 min)
 forward-jump-far: setup
 	$(PY) -m experiments.forward_jump_search --start motions/forward_jump_toes.yaml --travel-steps 0.26 0.27 0.28 \
 		--tau-max 0.75 --travel-min 0.48 --rounds 5 --evals 3000 --out results/forward_jump_search_far.json $(ARGS)
 
-# results/toe_jump_search.json (README "Motions": jump's keyframes; ARGS="--write motions/jump.yaml" writes them)
+# results/toe_jump_search.json (docs/motions.md: jump's keyframes; ARGS="--write motions/jump.yaml" writes them)
 toe-jump-search: setup
 	$(PY) -m experiments.toe_jump_search $(ARGS)
 
-# results/contact_models.json + docs/contact_models.png (README "Training contact")
+# results/contact_models.json + docs/contact_models.png (docs/training.md: contact models)
 contact-figure: setup
 	$(PY) -m bench.contact_figure $(ARGS)
 
-# results/bridge_creep.json (README "Sim bridge": creep of a standing robot per contact setting)
+# results/bridge_creep.json (docs/experiments.md: creep of a standing robot per contact setting)
 bridge-creep: setup
 	$(PY) -m sim.creep $(ARGS)
 
