@@ -25,7 +25,7 @@ DEPLOY_VENV := .venv-deploy
 VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
 PYTHON ?= python3
 
-.PHONY: setup setup-deploy lint-imports test test-fast test-slow docs docs-tables gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table landing-search forward-jump-search forward-jump-far toe-jump-search contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
+.PHONY: setup setup-deploy lint-imports test test-fast test-slow docs docs-tables gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table estimator-accuracy landing-search forward-jump-search forward-jump-far toe-jump-search contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast
 
 setup: $(STAMP)
 
@@ -148,6 +148,10 @@ forward-jump-far: setup
 # results/toe_jump_search.json (docs/motions.md: jump's keyframes; ARGS="--write motions/jump.yaml" writes them)
 toe-jump-search: setup
 	$(PY) -m experiments.toe_jump_search $(ARGS)
+
+# results/estimator.json (docs/deploy.md: the estimator against ground truth with sensor noise; ~2 min)
+estimator-accuracy: setup
+	$(PY) -m bench.estimator --out results/estimator.json $(ARGS)
 
 # results/contact_models.json + docs/contact_models.png (docs/training.md: contact models)
 contact-figure: setup

@@ -1,4 +1,4 @@
-"""Per-step Jacobians of the closed-loop transition around touch-down, per contact model (issue 13 item 6).
+"""Per-step Jacobians of the closed-loop transition around touch-down, per contact model.
 
 Why BCG shows no effect here is a question about the chain rule: the gradient of a return through a
 rollout is a product of per-step state-transition Jacobians J_t = d x_{t+1} / d x_t (x = qpos, qvel;

@@ -323,12 +323,12 @@ SOAK_RESULTS = ("soak_60min", "soak_60min_quiet", "soak_60min_quiet2")
 
 
 def render_soak_hours_table(results: dict) -> str:
-    """One row per soak.json ({file stem: soak.json}): how it ended and the software's figures."""
+    """One row per soak.json ({results/<name>.json: soak.json}): how it ended and the software's figures."""
     head = ["soak (results file)", "minutes", "final state", "safety events", "ticks", "RSS growth after warm-up",
             "log", "compute p50 / p99", "stream period error p99", "deadline misses"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for stem in SOAK_RESULTS:
-        s = results[stem]
+        s = results[f"results/{stem}.json"]
         events = ", ".join(f"{e['kind']} at {e['time']:.0f} s" for e in s["safety_events"]) or "0"
         lines.append("| " + " | ".join([
             f"`results/{stem}.json`", f"{s['minutes']:.1f}", s["final_state"], events, f"{s['ticks']:,}".replace(",", " "),

@@ -1,4 +1,4 @@
-"""The sim-to-real proxy of issue 17 item 3 (`make calibration-loop`): calibrate a "robot" with hidden
+"""The sim-to-real proxy (`make calibration-loop`): calibrate a "robot" with hidden
 perturbations, compare a nominal and a calibrated policy on it.
 
 The robot is the sim bridge with the perturbations of `HIDDEN` (armature x1.5, friction loss x0.6, extra

@@ -221,12 +221,12 @@ def _cell(fig: dict, key: str, scale: float, fmt: str, unit: str) -> str:
 
 
 def render_reference_searches_table(results: dict) -> str:
-    """The best keyframes of each reference search, by the searches' shared figures ({file stem: JSON})."""
+    """The best keyframes of each reference search, by the searches' shared figures ({results/<name>.json: JSON})."""
     head = ["search (results file)", "reference", "flight", "travel", "pelvis apex", "landing CoP margin",
             "push-off CoP margin", "L_y jump at touch-down", "free pitch drift", "waist / arms torque", "evaluations"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for stem, reference in SEARCHES:
-        r = results[stem]
+        r = results[f"results/{stem}.json"]
         b = r["best"]
         tau = (f"{b['waist_torque_ratio']:.2f} / {b['arms_torque_ratio']:.2f}" if "waist_torque_ratio" in b else "-")
         lines.append("| " + " | ".join([

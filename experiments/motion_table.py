@@ -1,4 +1,4 @@
-"""The table of every policy artifact (issue 14 items 5 and 6, `make motion-table`): for each folder
+"""The table of every policy artifact (`make motion-table`): for each folder
 <artifacts>/<motion>/ with policy.onnx + policy.yaml (default policies/g1/), one after another, each a
 subprocess:
 

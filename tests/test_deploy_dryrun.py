@@ -86,7 +86,7 @@ def test_dry_run_end_to_end(dds_domain, tmp_path):
 
 def test_jump_dry_run_flies_lands_and_holds(dds_domain, tmp_path):
     """The README's first command, `make deploy ROBOT=sim MOTION=jump`, with the committed trained
-    jump (issue 14: a 0.35 s flight off the toes): the bridge's ground truth shows a flight (both feet off the
+    jump (a 0.35 s flight off the toes): the bridge's ground truth shows a flight (both feet off the
     floor) to a pelvis apex above standing height (0.785 m) and no fall, and the run ends in HOLD with exit
     status 0."""
     core = max(os.sched_getaffinity(0))  # and with the loop pinned to a core (deploy --cpus; the bridge on the rest)

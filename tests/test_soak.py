@@ -56,7 +56,7 @@ def test_stalls_hand_values():
 
 
 def test_motions_are_counted_from_the_loops_transitions():
-    # the first hour on a quiet machine (session 16): a stale_state trip at 56 s, then 59 min of damping and presses
+    # results/soak_60min_quiet.json's transitions: a stale_state trip at 56 s, then 59 min of damping and presses
     tr = [dict(time=0.0004, **{"from": "PASSIVE", "to": "STAND_UP"}), dict(time=2.5, **{"from": "STAND_UP", "to": "HOLD"}),
           dict(time=4.49, **{"from": "HOLD", "to": "POLICY"}), dict(time=8.49, **{"from": "POLICY", "to": "HOLD"}),
           dict(time=10.5, **{"from": "HOLD", "to": "POLICY"}), dict(time=55.96, **{"from": "POLICY", "to": "DAMPING"})]

@@ -1,4 +1,4 @@
-"""`make train CALIB=...` (issue 17 item 1): the calibration enters the training model, the domain
+"""`make train CALIB=...`: the calibration enters the training model, the domain
 randomisation centre and the artifact's provenance; bad files are refused before any compile."""
 import hashlib
 
