@@ -8,7 +8,7 @@ A page (README.md, docs/*.md) holds a table between two markers:
 
 TABLES maps each name to the results file(s) it is rendered from and the `render_<name>_table(results: dict)
 -> str` function beside the code that writes that JSON ("module:function"; imported only when the table is
-rendered). With one file the function gets its JSON; with several, {file stem: JSON}. Adding a table is one line
+rendered). With one file the function gets its JSON; with several, {path as listed: JSON}. Adding a table is one line
 here plus the markers on a page.
 
     python docs/tables.py            rewrite every table in place (make docs-tables)
@@ -44,6 +44,9 @@ TABLES: dict[str, Table] = {
     "calibration_recovery": Table("experiments.calibration_loop:render_calibration_recovery_table",
                                   ("results/calibration_loop.json",)),
     "bridge_creep": Table("sim.creep:render_bridge_creep_table", ("results/bridge_creep.json",)),
+    "deploy_bench": Table("bench.deploy:render_deploy_bench_table",
+                          ("results/bench_deploy/20261203-075955/bench.json", "results/bench_deploy/20261203-081321/bench.json")),
+    "estimator": Table("bench.estimator:render_estimator_table", ("results/estimator.json",)),
     "soak_hours": Table("deploy.soak:render_soak_hours_table",
                         tuple(f"results/{s}.json" for s in ("soak_60min", "soak_60min_quiet", "soak_60min_quiet2"))),
     "reference_searches": Table("experiments.landing_search:render_reference_searches_table",
@@ -78,7 +81,7 @@ def render(name: str, root: Path = REPO) -> str:
     if missing:
         raise TableError(f"table {name!r}: {', '.join(missing)} missing (its make target writes it)")
     data = [json.loads((root / f).read_text()) for f in t.files]
-    results = data[0] if len(data) == 1 else {Path(f).stem: d for f, d in zip(t.files, data)}
+    results = data[0] if len(data) == 1 else dict(zip(t.files, data))
     return _function(t.render)(results).rstrip("\n") + "\n"
 
 

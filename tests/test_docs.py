@@ -84,6 +84,13 @@ def test_readme_links_resolve_and_the_checker_catches_broken_ones(tmp_path):
     assert broken_links(bad) == ["docs/motions.md#nope: no heading #nope in docs/motions.md", "docs/gone.md: no such file"]
 
 
+def test_links_from_the_pages_into_the_repository_resolve():
+    """mkdocs checks the links between pages; a page's links out of docs/ (the policy cards) are checked here."""
+    outside = [(p.name, t) for p in (REPO / "docs").glob("*.md") for t in LINK.findall(p.read_text()) if t.startswith("../")]
+    assert outside, "the motions page links the policy cards"
+    assert [(p.name, b) for p in (REPO / "docs").glob("*.md") for b in broken_links(p) if b.startswith("../")] == []
+
+
 def test_readme_is_a_short_product_page():
     text = (REPO / "README.md").read_text()
     assert len(text.splitlines()) <= 250
