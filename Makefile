@@ -6,6 +6,8 @@ export PYTHONPATH := $(CURDIR)
 export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/.cache/jax
 export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS ?= 0
 export MPLBACKEND ?= Agg
+# XLA's CPU loader logs a false SIGILL alarm per program loaded from the cache above (train/__init__.py says why)
+export TF_CPP_MIN_LOG_LEVEL ?= 3
 
 MOTION ?= jump
 ALGO ?= bcg
@@ -23,7 +25,7 @@ DEPLOY_VENV := .venv-deploy
 VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
 PYTHON ?= python3
 
-.PHONY: setup setup-deploy lint-imports test test-slow link-faults gradients-touchdown impulse-training gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table landing-search forward-jump-search forward-jump-far toe-jump-search contact-figure bridge-creep train export eval sim deploy tracking-policies soak calibrate bench clean lo-multicast
+.PHONY: setup setup-deploy lint-imports test test-fast test-slow docs docs-tables gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table estimator-accuracy landing-search forward-jump-search forward-jump-far toe-jump-search contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast link-faults gradients-touchdown impulse-training tracking-policies
 
 setup: $(STAMP)
 
@@ -44,7 +46,7 @@ $(STAMP): requirements.lock pyproject.toml
 setup-deploy: $(DEPLOY_VENV)/.installed
 
 $(DEPLOY_VENV)/.installed: requirements-deploy.lock
-	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) (3.11) is required: see README 'Robot computer'"; exit 1; }
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) (3.11) is required: see docs/robot-computer.md"; exit 1; }
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
 	  echo "$(PYTHON) >= 3.11 is required; found $$($(PYTHON) -V); e.g. make setup-deploy PYTHON=python3.11"; exit 1; }
 	@test -d $(DEPLOY_VENV) || $(PYTHON) -m venv $(DEPLOY_VENV) || { \
@@ -60,8 +62,15 @@ lo-multicast:
 	@ip link show lo | grep -q MULTICAST || ip link set lo multicast on 2>/dev/null || \
 	  echo "warning: lo is not multicast-capable; run 'sudo ip link set lo multicast on' for DDS tests"
 
+# The full suite (what CI runs): everything but the `slow` trainings.
 test: setup lo-multicast lint-imports
 	$(PY) -m pytest -q $(ARGS)
+
+# The contributor's loop: unit and contract tests, no JAX compiles (but the one jitted env-vs-deploy observation
+# contract, marked `fast`), no real-time DDS runs, no downloads, no soaks (markers: pyproject.toml).
+FAST_MARKERS := fast or not (jax or realtime or network or soak or slow or dds)
+test-fast: setup lint-imports
+	$(PY) -m pytest -q -m "$(FAST_MARKERS)" $(ARGS)
 
 # The import contracts of pyproject.toml ([tool.importlinter]): layering, no jax outside train/.
 lint-imports: setup
@@ -97,16 +106,16 @@ soak: $(VENV)/.installed lo-multicast
 calibrate: setup lo-multicast
 	$(PY) -m calibration.cli --robot $(ROBOT) $(if $(NET_IF),--net-if $(NET_IF)) $(ARGS)
 
-# The seed's contact-stiffness experiment: trainings one after another (~1 h on this CPU), then eval;
+# The seed study's contact-stiffness experiment (docs/experiments.md): trainings one after another (~1 h on a 2-core CPU), then eval;
 # writes results/stiffness_transfer.json and results/bcg_vs_shac.json (rows already there are kept).
-# results/gradients_sigmoid_h32.json (README "Bundled Contact Gradients": the sigmoid-contact table)
+# results/gradients_sigmoid_h32.json and _h8.json (docs/experiments.md: gradient quality on the sigmoid contact)
 gradients-sigmoid: setup
 	$(PY) -m bench.gradients --contact sigmoid --horizon 32 --seeds 6 --ref-seeds 0 --no-all --stiffness k50 k300 --out results/gradients_sigmoid_h32.json $(ARGS)
 
 gradients-sigmoid-h8: setup
 	$(PY) -m bench.gradients --contact sigmoid --horizon 8 --seeds 6 --ref-seeds 0 --no-all --stiffness k50 k100 k300 --out results/gradients_sigmoid_h8.json $(ARGS)
 
-# Issue 13 item 6: per-step Jacobian norms of the closed loop around touch-down, bundled and not (~15 min)
+# results/step_jacobians.json: per-step Jacobian norms of the closed loop around touch-down, bundled and not (~15 min)
 step-jacobians: setup
 	$(PY) -m bench.step_jacobians --horizon 32 --envs 4 --out results/step_jacobians.json $(ARGS)
 
@@ -123,42 +132,46 @@ impulse-training: setup
 stiffness-transfer: setup
 	$(PY) -m experiments.stiffness $(ARGS)
 
-# Issue 17 item 3, the sim-to-real proxy: calibrate the bridge with hidden perturbations, eval and dry-run the
-# nominal and the calibrated jump on it (no training here); writes results/calibration_loop.json (steps kept).
+# The sim-to-real proxy (docs/calibration.md): calibrate the bridge with hidden perturbations, eval and dry-run the
+# nominal and the calibrated hop on it (no training here); writes results/calibration_loop.json (steps kept).
 calibration-loop: setup lo-multicast
 	$(PY) -m experiments.calibration_loop $(ARGS)
 
-# Issue 14 items 5-6: every policies/g1/<motion>/ through eval (20 episodes, seed 0) and one real-time dry run on the
+# Every policies/g1/<motion>/ through eval (20 episodes, seed 0) and one real-time dry run on the
 # sim bridge (DDS domain 180), with its provenance; writes results/motions.json (rows kept while the ONNX is unchanged)
 # and prints the markdown table. A new motion: make motion-table ARGS="--motions <name>"
 motion-table: setup lo-multicast
 	$(PY) -m experiments.motion_table $(ARGS)
 
-# results/landing_search.json (README "Motions": jump_swing's landing keyframes and why)
+# results/landing_search.json (docs/motions.md: jump_swing's landing keyframes)
 landing-search: setup
 	$(PY) -m experiments.landing_search $(ARGS)
 
-# results/forward_jump_search.json (README "Motions": session 11's forward jump search, from the draft);
+# results/forward_jump_search.json (docs/motions.md: the forward jump search from the draft);
 # results/forward_jump_search_tau.json: ARGS="--start toe --tau-max 0.75 --rounds 7 --out results/forward_jump_search_tau.json"
 # (motions/forward_jump_toes.yaml)
 forward-jump-search: setup
 	$(PY) -m experiments.forward_jump_search $(ARGS)
 
-# results/forward_jump_search_far.json (README "Motions": motions/forward_jump.yaml, issue 14 item 3's reference):
+# results/forward_jump_search_far.json (docs/motions.md: motions/forward_jump.yaml):
 # forward_jump_toes's keyframes with the flight's travel raised a centimetre a step, then polished (~8 min)
 forward-jump-far: setup
 	$(PY) -m experiments.forward_jump_search --start motions/forward_jump_toes.yaml --travel-steps 0.26 0.27 0.28 \
 		--tau-max 0.75 --travel-min 0.48 --rounds 5 --evals 3000 --out results/forward_jump_search_far.json $(ARGS)
 
-# results/toe_jump_search.json (README "Motions": jump's keyframes; ARGS="--write motions/jump.yaml" writes them)
+# results/toe_jump_search.json (docs/motions.md: jump's keyframes; ARGS="--write motions/jump.yaml" writes them)
 toe-jump-search: setup
 	$(PY) -m experiments.toe_jump_search $(ARGS)
 
-# results/contact_models.json + docs/contact_models.png (README "Training contact")
+# results/estimator.json (docs/deploy.md: the estimator against ground truth with sensor noise; ~2 min)
+estimator-accuracy: setup
+	$(PY) -m bench.estimator --out results/estimator.json $(ARGS)
+
+# results/contact_models.json + docs/contact_models.png (docs/training.md: contact models)
 contact-figure: setup
 	$(PY) -m bench.contact_figure $(ARGS)
 
-# results/bridge_creep.json (README "Sim bridge": creep of a standing robot per contact setting)
+# results/bridge_creep.json (docs/experiments.md: creep of a standing robot per contact setting)
 bridge-creep: setup
 	$(PY) -m sim.creep $(ARGS)
 
@@ -167,6 +180,14 @@ bridge-creep: setup
 # down, delay, jitter); ~10 min; root and nftables (apt-get install nftables). One fault: ARGS="--faults burst100"
 link-faults: setup
 	$(PY) -m experiments.link_faults $(ARGS)
+
+# The documentation site (mkdocs.yml, docs/): strict, so a broken link or a page missing from the nav fails.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site $(ARGS)
+
+# Rewrite every results table in README.md and docs/*.md from results/*.json (docs/tables.py's registry).
+docs-tables: setup
+	$(PY) docs/tables.py $(ARGS)
 
 bench: setup lo-multicast
 	$(PY) -m bench.run $(ARGS)

@@ -257,5 +257,26 @@ def plot(result, path):
     plt.close(fig)
 
 
+REST_ROWS = (("bridge_c_mujoco", "C MuJoCo bridge (eval, sim bridge)"), ("mjx_native", "MJX constraint, solref 0.01 s (training, `mjx`)"),
+             ("sigmoid_softplus_k300", "sigmoid k = 300"), ("sigmoid_softplus_k100", "sigmoid k = 100"),
+             ("sigmoid_softplus_k50", "sigmoid k = 50"))
+
+
+def render_contact_models_table(results: dict) -> str:
+    """Rest penetration of the robot held in the default pose by PD, per contact model (results/contact_models.json,
+    make contact-figure); > 0 is into the floor. A model the robot does not stand on gives the force law's rest
+    distance under a sphere's share of the weight."""
+    lines = ["| model | rest penetration | minus bridge | stands on PD alone |", "|---|---|---|---|"]
+    for key, label in REST_ROWS:
+        r = results["rest"][key]
+        if r["standing"]:
+            pen = f"{r['rest_penetration_mm']:+.2f} mm"
+            diff = "-" if key == "bridge_c_mujoco" else f"{r['penetration_minus_bridge_mm']:+.2f} mm"
+        else:
+            pen, diff = f"law: {-r['formula_rest_distance_mm_41N']:.1f} mm", "-"
+        lines.append(f"| {label} | {pen} | {diff} | {'yes' if r['standing'] else 'no: falls'} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     main()

@@ -111,7 +111,7 @@ def run(motion: str = "stand") -> dict:
                 "deploy_policy_ms_p50": float(np.median(log["pol_policy_ms"])),
                 "deploy_safety_ms_p50": float(np.median(log["pol_safety_ms"])),
                 **_stage_p99(log, "deploy_"),
-                "deploy_compute_target_ms_p99": 0.3,  # issue 16's target for deploy_compute_ms_p99
+                "deploy_compute_target_ms_p99": 0.3,  # the target for deploy_compute_ms_p99
                 "deploy_policy_ticks": int(len(log["pol_est_ms"])),  # the samples behind the p99s above
                 "deploy_tick_work_ms_p50": float(np.percentile(log["work_ms"], 50)),
                 "deploy_tick_work_ms_p99": float(np.percentile(log["work_ms"], 99)),
@@ -266,6 +266,25 @@ def _wait(pred, timeout: float):
             return v
         time.sleep(0.002)
     raise TimeoutError("deploy bench: timed out waiting on the loop")
+
+
+def render_deploy_bench_table(results: dict) -> str:
+    """One row per `make bench ARGS="--only bench.deploy bench.estimator --out results/bench_deploy"` run
+    ({results/bench_deploy/<stamp>/bench.json: bench.json}): the policy tick and the command stream."""
+    head = ["run", "compute p50 / p99", "CPU time p99", "estimator / policy / safety p99", "stream period error p99",
+            "deadline misses", "pinned: compute p99", "beside two busy processes: stream p99, misses, safety events",
+            "e-stop -> damping on the wire"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for path, b in results.items():
+        lines.append("| " + " | ".join([
+            f"`{path}`", f"{b['deploy_compute_ms_p50']:.3f} / {b['deploy_compute_ms_p99']:.3f} ms",
+            f"{b['deploy_compute_cpu_ms_p99']:.3f} ms",
+            f"{b['deploy_estimator_ms_p99']:.3f} / {b['deploy_policy_ms_p99']:.3f} / {b['deploy_safety_ms_p99']:.3f} ms",
+            f"{b['deploy_stream_period_error_p99']:.3f}", f"{b['deploy_deadline_misses']} of {b['deploy_ticks']}",
+            f"{b['deploy_pinned_compute_ms_p99']:.3f} ms",
+            f"{b['deploy_contention_stream_period_error_p99']:.3f}, {b['deploy_contention_deadline_misses']}, "
+            f"{b['deploy_contention_safety_events']}", f"{b['deploy_estop_to_damping_ms']:.1f} ms"]) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

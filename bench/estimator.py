@@ -317,6 +317,40 @@ def run() -> dict:
     return out
 
 
-if __name__ == "__main__":
+ACCURACY_ROWS = (("stand", "standing"), ("push", "pushed"), ("step", "stepping"), ("jump", "jump, whole run"))
+
+
+def render_estimator_table(results: dict) -> str:
+    """Accuracy against MuJoCo ground truth per scenario (results/estimator.json, make estimator-accuracy)."""
+    lines = ["| scenario | base velocity RMSE | base height RMSE | at 50 Hz (velocity) | without joint torques (velocity) |",
+             "|---|---|---|---|---|"]
+    for sc, label in ACCURACY_ROWS:
+        at50, no_tau = results.get(f"estimator_{sc}_vel_rmse_50hz"), results.get(f"estimator_{sc}_vel_rmse_no_tau")
+        lines.append(f"| {label} | {results[f'estimator_{sc}_vel_rmse']:.3f} m/s | "
+                     f"{1e3 * results[f'estimator_{sc}_height_rmse']:.1f} mm | "
+                     f"{'-' if at50 is None else f'{at50:.3f} m/s'} | {'-' if no_tau is None else f'{no_tau:.3f} m/s'} |")
+    for phase in ("flight", "landing"):
+        lines.append(f"| jump: {phase} | {results[f'estimator_jump_vel_rmse_{phase}']:.3f} m/s | "
+                     f"{1e3 * results[f'estimator_jump_height_rmse_{phase}']:.1f} mm | - | - |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
     import json
-    print(json.dumps(run(), indent=1))
+    from pathlib import Path
+
+    p = argparse.ArgumentParser(description="estimator accuracy against ground truth and cost per call")
+    p.add_argument("--out", type=Path, default=None, help="also write the JSON here (e.g. results/estimator.json)")
+    a = p.parse_args(argv)
+    res = run()
+    text = json.dumps(res, indent=1, sort_keys=True)
+    print(text)
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

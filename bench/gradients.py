@@ -260,5 +260,37 @@ def main(argv=None) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------- docs tables
+def _gradient_rows(results: dict) -> list[list[str]]:
+    """One row per (stiffness, estimator) of a `--out` JSON: variance, ratio to plain, paired bias against the
+    central differences (its standard error), cosine to the reference, norm median / max, bundled steps, time."""
+    ks = sorted((k.rsplit("_k", 1)[1] for k in results if k.startswith("grad_var_plain_k")), key=float)
+    names = {"plain": "plain", "bcg": f"BCG (B = {results['bcg_branches']}, H = {results['bcg_horizon']})",
+             "zo": f"zero-order ({results['zo_pairs']} pairs)"}
+    rows = []
+    for k in ks:
+        plain = results[f"grad_var_plain_k{k}"]
+        for est in ("plain", "bcg", "zo"):
+            var, norm = results[f"grad_var_{est}_k{k}"], results[f"grad_norm_{est}_k{k}"]
+            bundled = results.get(f"bcg_bundled_step_fraction_k{k}") if est == "bcg" else None
+            rows.append([k, names[est], f"{var:.3g}", "-" if est == "plain" else f"{var / plain:.3g}x",
+                         f"{100 * results[f'grad_bias_{est}_k{k}']:.1f} % ({100 * results[f'grad_bias_se_{est}_k{k}']:.1f})",
+                         f"{results[f'grad_cos_{est}_k{k}']:.3f}", f"{norm['median']:.3g} / {norm['max']:.3g}",
+                         "-" if bundled is None else f"{100 * bundled:.1f} %", f"{results[f'grad_time_s_{est}']:.2f} s"])
+    return rows
+
+
+def render_gradients_table(results: dict) -> str:
+    """The markdown table of a `python -m bench.gradients --out` JSON (make gradients-sigmoid, -h8)."""
+    head = ["k (1/m)", "estimator", "variance", "vs plain", "paired bias (s.e.)", "cosine to reference",
+            "norm median / max", "bundled steps", "time per gradient"]
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+                     + ["| " + " | ".join(r) + " |" for r in _gradient_rows(results)])
+
+
+render_gradients_sigmoid_h32_table = render_gradients_table
+render_gradients_sigmoid_h8_table = render_gradients_table
+
+
 if __name__ == "__main__":
     raise SystemExit(main())

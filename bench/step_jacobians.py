@@ -1,4 +1,4 @@
-"""Per-step Jacobians of the closed-loop transition around touch-down, per contact model (issue 13 item 6).
+"""Per-step Jacobians of the closed-loop transition around touch-down, per contact model.
 
 Why BCG shows no effect here is a question about the chain rule: the gradient of a return through a
 rollout is a product of per-step state-transition Jacobians J_t = d x_{t+1} / d x_t (x = qpos, qvel;
@@ -139,6 +139,25 @@ def main(argv=None) -> int:
     Path(ns.out).write_text(json.dumps(res, indent=2) + "\n")
     print(f"wrote {ns.out}")
     return 0
+
+
+def _setting_label(name: str) -> str:
+    contact, k = name.split("_", 1)
+    return f"sigmoid k = {k[1:]}" if contact == "sigmoid" else f"MJX constraint ({k}, solref 0.01 s)"
+
+
+def render_step_jacobians_table(results: dict) -> str:
+    """The markdown table of results/step_jacobians.json (make step-jacobians)."""
+    head = ["contact", "sphere force at touch-down", "‖J_t‖ at touch-down", "‖J_t‖ stance median / max",
+            "log10 ‖J_7…J_0‖", "log10 ‖J_31…J_0‖", "‖mean_b J(x_b)‖ / ‖J(x)‖ at touch-down", "bundle spread"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, s in results["settings"].items():
+        lines.append("| " + " | ".join([
+            _setting_label(name), f"{s['touchdown_force_n']:.0f} N", f"{s['step_norm_touchdown']:.0f}",
+            f"{s['step_norm_stance_median']:.0f} / {s['step_norm_max']:.0f}", f"{s['chain_log10_norm_h8']:.2f}",
+            f"{s['chain_log10_norm_h32']:.2f}", f"{s['bundled_norm_ratio_touchdown']:.2f}",
+            f"{s['bundle_spread_touchdown']:.2f}"]) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

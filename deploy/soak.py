@@ -318,5 +318,25 @@ def main(argv=None) -> int:
     return 0 if s["final_state"] != "DAMPING" and not s["safety_events"] else 1
 
 
+# The hour-long soaks kept in results/ (`make soak MINUTES=60 ARGS="--results results/<name>.json"`).
+SOAK_RESULTS = ("soak_60min", "soak_60min_quiet", "soak_60min_quiet2")
+
+
+def render_soak_hours_table(results: dict) -> str:
+    """One row per soak.json ({results/<name>.json: soak.json}): how it ended and the software's figures."""
+    head = ["soak (results file)", "minutes", "final state", "safety events", "ticks", "RSS growth after warm-up",
+            "log", "compute p50 / p99", "stream period error p99", "deadline misses"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for stem in SOAK_RESULTS:
+        s = results[f"results/{stem}.json"]
+        events = ", ".join(f"{e['kind']} at {e['time']:.0f} s" for e in s["safety_events"]) or "0"
+        lines.append("| " + " | ".join([
+            f"`results/{stem}.json`", f"{s['minutes']:.1f}", s["final_state"], events, f"{s['ticks']:,}".replace(",", " "),
+            f"{s['rss_growth_after_warmup_mb']:.2f} MB", f"{s['log_mb_per_min']:.2f} MB/min, {s['log_dropped_chunks']} dropped",
+            f"{s['compute_ms_p50']:.3f} / {s['compute_ms_p99']:.3f} ms", f"{s['stream_period_error_p99']:.3f}",
+            str(s["deadline_misses"])]) + " |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,4 +1,4 @@
-"""The sim-to-real proxy of issue 17 item 3 (`make calibration-loop`): calibrate a "robot" with hidden
+"""The sim-to-real proxy (`make calibration-loop`): calibrate a "robot" with hidden
 perturbations, compare a nominal and a calibrated policy on it.
 
 The robot is the sim bridge with the perturbations of `HIDDEN` (armature x1.5, friction loss x0.6, extra
@@ -459,6 +459,46 @@ def _main(a) -> int:
         print(f"calibration-loop: next: {train_command(calibrated)}\n"
               f"  then: make calibration-loop ARGS=\"--calibrated-policy {_rel(calibrated)}\"", flush=True)
     return 0
+
+
+def render_calibration_loop_table(results: dict) -> str:
+    """The markdown table of results/calibration_loop.json: per policy and bridge, the eval row and the dry run."""
+    rows = {r["id"]: r for r in results["rows"]}
+    head = ["policy", "bridge", "eval falls", "stood", "tracking mean / max", "apex foot clearance mean / min",
+            "landing impact mean / max", "dry run"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    keys = dict.fromkeys((r["policy"], r["bridge"]) for r in results["rows"])
+    for policy, bridge in keys:
+        ev, dry = rows.get(f"eval/{policy}/{bridge}"), rows.get(f"dry_run/{policy}/{bridge}")
+        src = ev or dry
+        cells = [f"{policy} (`{src['policy_dir']}`)" if policy in ("nominal", "calibrated") else policy, bridge]
+        if ev:
+            cells += [f"{ev['falls']}/{ev['episodes']}", f"{ev['stood_at_end']}/{ev['episodes']}",
+                      f"{ev['tracking_error_cm']:.2f} / {ev['tracking_error_cm_max']:.2f} cm",
+                      f"{ev['apex_clearance_cm']['mean']:.2f} / {ev['apex_clearance_cm']['min']:.2f} cm",
+                      f"{ev['landing_impact_bw']['mean']:.2f} / {ev['landing_impact_bw']['max']:.2f} BW"]
+        else:
+            cells += ["-"] * 5
+        if dry:
+            rmse = dry.get("estimator_base_vel_rmse_mps")
+            cells.append(f"{dry['final_state']}, {dry['safety_events']} events, flight {dry['gt_flight_s']:.2f} s"
+                         + (f", estimator velocity RMSE {rmse:.3f} m/s" if rmse is not None else ""))
+        else:
+            cells.append("-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def render_calibration_recovery_table(results: dict) -> str:
+    """What the calibration recovered of the hidden robot (results/calibration_loop.json `recovery`)."""
+    lines = ["| parameter | group | truth | recovered (std) | error | identified |", "|---|---|---|---|---|---|"]
+    for r in results["recovery"]:
+        std = "" if r["std"] is None else f" ({r['std']:.3g})"
+        err = "-" if r["error_pct"] is None else f"{r['error_pct']:+.2f} %"
+        ident = {True: "yes", False: "**no**", None: "-"}[r["identified"]]
+        lines.append(f"| {r['parameter']} | {r['group'] or '-'} | {r['truth']:.4g} {r['unit']} | {r['recovered']:.4g}{std} | "
+                     f"{err} | {ident} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

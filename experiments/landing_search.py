@@ -210,5 +210,32 @@ def main(argv=None) -> int:
     return 0
 
 
+# The searches' results files (make landing-search, forward-jump-search, forward-jump-far, toe-jump-search) and the
+# reference each one's best keyframes became.
+SEARCHES = (("landing_search", "jump_swing (landing)"), ("toe_jump_search", "jump"),
+            ("forward_jump_search_tau", "forward_jump_toes"), ("forward_jump_search_far", "forward_jump"))
+
+
+def _cell(fig: dict, key: str, scale: float, fmt: str, unit: str) -> str:
+    return "-" if fig.get(key) is None else f"{fig[key] * scale:{fmt}}{unit}"
+
+
+def render_reference_searches_table(results: dict) -> str:
+    """The best keyframes of each reference search, by the searches' shared figures ({results/<name>.json: JSON})."""
+    head = ["search (results file)", "reference", "flight", "travel", "pelvis apex", "landing CoP margin",
+            "push-off CoP margin", "L_y jump at touch-down", "free pitch drift", "waist / arms torque", "evaluations"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for stem, reference in SEARCHES:
+        r = results[f"results/{stem}.json"]
+        b = r["best"]
+        tau = (f"{b['waist_torque_ratio']:.2f} / {b['arms_torque_ratio']:.2f}" if "waist_torque_ratio" in b else "-")
+        lines.append("| " + " | ".join([
+            f"`results/{stem}.json`", reference, _cell(b, "flight_s", 1, ".2f", " s"), _cell(b, "travel_m", 100, ".1f", " cm"),
+            _cell(b, "pelvis_apex_m", 1, ".3f", " m"), _cell(b, "landing_cop_margin_min_m", 100, "+.1f", " cm"),
+            _cell(b, "pushoff_cop_margin_min_m", 100, "+.1f", " cm"), _cell(b, "angmom_jump_at_touchdown_Nms", 1, "+.1f", " N m s"),
+            _cell(b, "free_pitch_drift_deg", 1, "+.1f", " deg"), tau, str(r["evaluations"])]) + " |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     raise SystemExit(main())

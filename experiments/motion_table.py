@@ -1,4 +1,4 @@
-"""The table of every policy artifact (issue 14 items 5 and 6, `make motion-table`): for each folder
+"""The table of every policy artifact (`make motion-table`): for each folder
 <artifacts>/<motion>/ with policy.onnx + policy.yaml (default policies/g1/), one after another, each a
 subprocess:
 
@@ -421,6 +421,23 @@ def _main(a) -> int:
     print(f"motion-table: {rel(RESULTS_PATH)} ({len(rows)} rows; {time.time() - t_all:.0f} s). "
           f"A new motion: {ADD_COMMAND}", flush=True)
     return 0
+
+
+def render_motions_table(results: dict) -> str:
+    """The table of results/motions.json (make motion-table)."""
+    return markdown_table(results["rows"])
+
+
+HEADLINE = ("motion", "falls", "stood", "apex foot clearance mean / min", "pelvis apex rise mean / min",
+            "flight mean / min", "forward displacement mean / min", "dry run: final state", "dry run: safety events")
+
+
+def render_motions_headline_table(results: dict) -> str:
+    """The README's columns of results/motions.json: what each committed policy does in eval and on the bridge."""
+    keep = [COLUMNS.index(c) for c in HEADLINE]
+    lines = ["| " + " | ".join(HEADLINE) + " |", "|" + "---|" * len(HEADLINE)]
+    lines += ["| " + " | ".join(table_cells(r)[i] for i in keep) + " |" for r in results["rows"]]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

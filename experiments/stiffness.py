@@ -257,5 +257,21 @@ def write_bcg_vs_shac(bcg: dict, plain: dict) -> None:
     (RESULTS / "bcg_vs_shac.json").write_text(json.dumps(out, indent=1, default=float))
 
 
+def render_stiffness_transfer_table(results: dict) -> str:
+    """The markdown table of results/stiffness_transfer.json: one row per training contact."""
+    head = ["contact", "algorithm", f"falls ({results['episodes']})", "stood", "clearance mean / min", "tracking",
+            "stance penetration, training - C MuJoCo", "iterations", "train wall"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results["rows"]:
+        contact = f"sigmoid k = {r['kappa']:.0f}" if r["contact"] == "sigmoid" else "MJX constraint, solref 0.01 s"
+        c = r["apex_foot_clearance_cm"]
+        lines.append("| " + " | ".join([
+            contact, "SHAC+BCG" if r["algo"] == "bcg" else "plain SHAC", str(r["falls"]), str(r["stood_at_end"]),
+            f"{c['mean']:.1f} / {c['min']:.1f} cm", f"{r['tracking_error_cm']:.1f} cm",
+            f"{r['penetration_diff_mm']:+.2f} mm ({r['train_stance_penetration_mm']:.2f} vs {r['eval_stance_penetration_mm']:.2f})",
+            str(r["iterations"]), f"{r['train_wall_s']:.0f} s"]) + " |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -260,5 +260,17 @@ def main(argv=None) -> int:
     return 0
 
 
+def render_bridge_creep_table(results: dict) -> str:
+    """The markdown table of results/bridge_creep.json (make bridge-creep): per contact setting, the creep under
+    5 and 10 Nm of opposite hip-yaw torque (its step timings are left out: measured beside a training)."""
+    lines = ["| contact | 5 Nm: pelvis slide | 5 Nm: foot yaw | 10 Nm |", "|---|---|---|---|"]
+    for name, s in results["settings"].items():
+        five, ten = s["5Nm"], s["10Nm"]
+        yaw = max(abs(v) for v in five["foot_yaw_rate_rad_s"])
+        ten_cell = f"stands, {1e3 * ten['slide_mps']:.2f} mm/s" if ten["standing"] else "falls"
+        lines.append(f"| {name} | {1e3 * five['slide_mps']:.2f} mm/s | {1e3 * yaw:.2f} mrad/s | {ten_cell} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     raise SystemExit(main())

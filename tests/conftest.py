@@ -3,6 +3,7 @@ import os
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".cache", "jax"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before jax loads: no false SIGILL alarms per cached program (train/__init__.py)
 # Tests compile many small programs and run each a few times: XLA's LLVM backend at optimisation level 0
 # compiles the gradient tests 21-38 % faster here (measured pinned to one core, cold cache:
 # test_mjx_model's batched gradient 173 -> 137 s, test_contact's touch-down gradient 174 -> 107 s); it
@@ -19,19 +20,42 @@ if "MUJOCO_GL" not in os.environ:  # as eval/__init__.py, before any test module
 import pytest  # noqa: E402
 
 
+# DDS domains the tests use: 0 is the real robot's and 1 `make sim`'s; comm.dds.MAX_DOMAIN_ID is the highest.
+TEST_DOMAINS = range(2, 233)
+
+
+def _test_domains():
+    """Every domain of TEST_DOMAINS once, starting at one derived from the pid (override with
+    G1_TEST_DDS_DOMAIN), so that test runs started in parallel on one machine start far apart."""
+    n = len(TEST_DOMAINS)
+    first = int(os.environ.get("G1_TEST_DDS_DOMAIN", TEST_DOMAINS[0] + (os.getpid() * 97) % n))
+    for k in range(n):
+        yield TEST_DOMAINS[(first - TEST_DOMAINS[0] + k) % n]
+
+
+_DOMAINS = _test_domains()
+_SESSION_DOMAIN = next(_DOMAINS)
+
+
 @pytest.fixture(scope="session")
 def dds_domain():
     """The DDS domain of this pytest process, initialised on `lo` (comm.dds.init_dds).
 
     unitree_sdk2py's ChannelFactory is a process-wide singleton, so all in-process DDS tests
-    share one domain; it is derived from the pid so that test runs started in parallel on one
-    machine do not cross-talk (override with G1_TEST_DDS_DOMAIN). Start bridges on this domain.
+    share one domain. Start bridges on this domain when the test process itself talks to them.
     """
     from comm import dds
 
-    domain = int(os.environ.get("G1_TEST_DDS_DOMAIN", 100 + os.getpid() % 120))
-    dds.init_dds(domain, dds.SIM_INTERFACE)
-    return domain
+    dds.init_dds(_SESSION_DOMAIN, dds.SIM_INTERFACE)
+    return _SESSION_DOMAIN
+
+
+@pytest.fixture()
+def fresh_domain():
+    """A DDS domain no other test of this run uses, for processes the test starts (a deploy CLI with
+    its own bridge, a soak) that the test process does not join. The one source of test domains:
+    no test hard-codes one."""
+    return next(_DOMAINS)
 
 
 @pytest.fixture(autouse=True)

@@ -50,6 +50,7 @@ def random_state(rng):
 
 
 # ---------------------------------------------------------------- holosoma (real files)
+@pytest.mark.network
 @pytest.mark.parametrize("name", ["ppo_g1_29dof.onnx", "fastsac_g1_29dof.onnx"])
 def test_holosoma_loco_models_read_and_observe_in_sorted_order(holosoma_models, name):
     f = holosoma_models / LOCO / name
@@ -88,6 +89,7 @@ def test_holosoma_loco_models_read_and_observe_in_sorted_order(holosoma_models, 
     np.testing.assert_allclose(out2.obs[35:37], [-1, -1], atol=1e-9)
 
 
+@pytest.mark.network
 def test_holosoma_sidecar_replaces_the_defaults_and_missing_keys_are_named(holosoma_models, tmp_path):
     f = tmp_path / "loco.onnx"
     shutil.copy(holosoma_models / LOCO / "ppo_g1_29dof.onnx", f)

@@ -22,6 +22,8 @@ from train.bcg import BCGConfig, perturb_branches
 from train.env import G1Env
 from train.rollout import rollout
 
+pytestmark = pytest.mark.jax  # every test here compiles JAX programs
+
 N, HORIZON = 4, 4  # 4 envs, 4 control steps
 DROP, VZ = 0.005, -0.4  # landing: 5 mm above the floor at 0.4 m/s down -> sphere forces > 400 N in step 0
 CFG = BCGConfig(branches=4, horizon=2, max_bundled_envs=N)

@@ -18,7 +18,7 @@ import pytest
 from calibration import cli, store
 from robots import calibration as calib_file
 
-pytestmark = pytest.mark.dds
+pytestmark = [pytest.mark.dds, pytest.mark.realtime]  # the sim bridge in real time over DDS on lo
 
 ARMATURE, DAMPING, FRICTION = 1.5, 0.5, 0.6
 GYRO_BIAS, ACCEL_BIAS = (0.03, -0.02, 0.025), (0.2, -0.15, 0.1)

@@ -258,6 +258,7 @@ def _holosoma_clip() -> Path | None:
     return p
 
 
+@pytest.mark.network
 def test_real_holosoma_box_lift_clip():
     """holosoma 0.0.3 (PyPI, Apache-2.0): the 6.5 s box-lift clip. Our FK of its root and joints
     (mapped by its joint_names) lands within 2 cm of its own body_pos_w (its G1 model differs from

@@ -17,6 +17,8 @@ from robots import g1
 from robots import model as M
 from train import contact as C
 
+pytestmark = pytest.mark.jax  # every test here compiles JAX programs
+
 K, D = 2.0e4, 60.0
 P300 = C.ContactParams(kappa=300.0, stiffness=K, damping=D, friction=0.6, eps=0.01, friction_compliance=0.0)
 

@@ -42,6 +42,7 @@ def assert_refused(r, observer, *phrases, since):
 
 
 @pytest.mark.dds
+@pytest.mark.realtime
 def test_no_lowstate_clear_message_and_no_command(dds_domain, observer, tmp_path):
     t0 = time.monotonic()
     r = run_cli("--robot", "sim", "--no-bridge", "--domain", dds_domain, "--state-timeout", "1.5",
@@ -91,6 +92,7 @@ BROKEN = {
 
 
 @pytest.mark.dds
+@pytest.mark.realtime
 @pytest.mark.parametrize("case", list(BROKEN))
 def test_bad_artifact_refused_before_any_command(bridge, dds_domain, observer, tmp_path, case):
     d = write_stand_artifact(tmp_path / "art")
@@ -102,6 +104,7 @@ def test_bad_artifact_refused_before_any_command(bridge, dds_domain, observer, t
 
 
 @pytest.mark.dds
+@pytest.mark.realtime
 def test_wrong_interface_refused(bridge, dds_domain, observer, tmp_path):
     t0 = time.monotonic()
     r = run_cli("--robot", "sim", "--no-bridge", "--domain", dds_domain, "--net-if", "nosuchif0",
@@ -110,6 +113,7 @@ def test_wrong_interface_refused(bridge, dds_domain, observer, tmp_path):
 
 
 @pytest.mark.dds
+@pytest.mark.realtime
 def test_unknown_motion_lists_available(bridge, dds_domain, observer, tmp_path):
     t0 = time.monotonic()
     r = run_cli("--robot", "sim", "--no-bridge", "--domain", dds_domain, "--motion", "backflip",
@@ -119,6 +123,7 @@ def test_unknown_motion_lists_available(bridge, dds_domain, observer, tmp_path):
 
 
 @pytest.mark.dds
+@pytest.mark.realtime
 def test_other_lowcmd_publisher_refused(bridge, dds_domain, observer, tmp_path):
     """Someone else (the locomotion service, another deploy) owns rt/lowcmd: pre-flight refuses."""
     from cyclonedds.pub import DataWriter

@@ -97,9 +97,10 @@ def test_the_blocker_blocks(tmp_path):
 
 
 @pytest.mark.dds
-def test_dry_run_with_jax_imports_blocked(tmp_path):
+@pytest.mark.realtime
+def test_dry_run_with_jax_imports_blocked(tmp_path, fresh_domain):
     env, log = _blocked_env(tmp_path)
-    r = _dry_run(sys.executable, env, 62, tmp_path / "runs")
+    r = _dry_run(sys.executable, env, fresh_domain, tmp_path / "runs")
     s = _assert_clean_jump(r)
     lines = log.read_text().splitlines()
     assert [ln for ln in lines if ln.startswith("blocked")] == []  # nothing even tried (no optional import)
@@ -116,7 +117,9 @@ def _pip_reachable(python: str, tmp_path) -> str | None:
 
 
 @pytest.mark.dds
-def test_deploy_venv_from_the_lock_runs_the_dry_run(tmp_path):
+@pytest.mark.realtime
+@pytest.mark.network
+def test_deploy_venv_from_the_lock_runs_the_dry_run(tmp_path, fresh_domain):
     why = _pip_reachable(sys.executable, tmp_path)
     if why:
         pytest.skip(f"pip cannot fetch the deploy pins here: {why}")
@@ -134,7 +137,7 @@ def test_deploy_venv_from_the_lock_runs_the_dry_run(tmp_path):
     # development venv, and this venv reusing them cost policy ticks here (215-228 of 230, 3 of 3 runs; 230 once
     # they were moved away)
     env = dict(os.environ, PYTHONPATH=str(REPO), MPLBACKEND="Agg", NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
-    s = _assert_clean_jump(_dry_run(py, env, 63, tmp_path / "runs"))
+    s = _assert_clean_jump(_dry_run(py, env, fresh_domain, tmp_path / "runs"))
     print(f"deploy venv: install {install_s:.0f} s, dry run compute p99 {s['compute_ms_p99']:.2f} ms")
 
 
@@ -147,6 +150,7 @@ def _aarch64_download(pin: str, dest: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd + [pin], capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.network
 def test_every_deploy_pin_has_an_aarch64_wheel(tmp_path):
     probe = _aarch64_download("numpy", tmp_path / "probe")  # numpy has aarch64 wheels: failing = no index
     if probe.returncode != 0:

@@ -131,15 +131,16 @@ def test_memory_bounded_over_a_long_synthetic_run(tmp_path):
 
 
 @pytest.fixture()
-def bridge():
-    with launch_bridge_process(["--gt-decimation", "5"], domain=61) as b:
+def bridge(fresh_domain):
+    with launch_bridge_process(["--gt-decimation", "5"], domain=fresh_domain) as b:
         boost_process(b.proc.pid, BRIDGE_PRIORITY)
         yield b
 
 
 @pytest.mark.dds
+@pytest.mark.realtime
 def test_sigkilled_deploy_run_leaves_a_readable_log(bridge, tmp_path):
-    proc = start_cli(*sim_args(61, tmp_path))
+    proc = start_cli(*sim_args(bridge.domain, tmp_path))
 
     def logged_rows():
         runs = list(tmp_path.glob("*/log.mcap"))

@@ -19,6 +19,8 @@ from train import rewards as R
 from train.env import EnvConfig, G1Env, stiff_contact
 from motions import hold_pose_motion
 
+pytestmark = pytest.mark.jax  # every test here compiles JAX programs
+
 N = 4
 
 

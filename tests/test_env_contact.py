@@ -15,6 +15,8 @@ from train import domain_rand as DR
 from train.config import preset
 from train.env import EnvConfig, G1Env
 
+pytestmark = pytest.mark.jax  # every test here compiles JAX programs
+
 
 def sigmoid_cfg(**kw) -> EnvConfig:
     return EnvConfig(domain_rand=DR.DomainRandConfig.off(), obs_noise=0.0, contact="sigmoid", substeps=6, **kw)

@@ -83,6 +83,7 @@ def _wait_span(states, ticks, timeout=60.0):
 
 
 @pytest.mark.dds
+@pytest.mark.realtime
 def test_against_bridge_ground_truth_over_dds(dds_domain):
     from unitree_sdk2py.core.channel import ChannelPublisher, ChannelSubscriber
     from unitree_sdk2py.idl.unitree_hg.msg.dds_ import LowCmd_, LowState_

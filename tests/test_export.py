@@ -17,6 +17,8 @@ from train import export as E
 from train import networks as N
 from motions import load_motion
 
+pytestmark = pytest.mark.jax  # every test here compiles JAX programs
+
 SPECS = term_specs(MOTION_OBS_TERMS)
 NOBS = obs_size(SPECS)
 

@@ -15,8 +15,8 @@ def test_coincident_hand_values():
 def test_probe_runs_on_every_core():
     m = host_stalls.measure(1.0)
     assert len(m["per_core"]) == len(m["cores"]) >= 1
-    # 1 ms sleeps for 1 s: several hundred wake-ups even on a loaded machine, never more than 1000
-    assert all(200 < c["wakeups"] <= 1000 for c in m["per_core"]), m["per_core"]
+    # 1 ms sleeps for 1 s: never more than 1000 wake-ups; how many fewer is the host's (what `make bench` reports)
+    assert all(0 < c["wakeups"] <= 1000 for c in m["per_core"]), m["per_core"]
     assert [r["over_ms"] for r in m["by_length"]] == [10, 40, 100]
     for r in m["by_length"]:
         assert len(r["stalls_per_core"]) == len(m["cores"])

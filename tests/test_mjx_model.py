@@ -13,6 +13,8 @@ from mujoco import mjx
 from robots import g1
 from robots import model as M
 
+pytestmark = pytest.mark.jax  # every test here compiles JAX programs
+
 
 @pytest.fixture(scope="module")
 def models():

@@ -66,6 +66,7 @@ def test_observation_layout_and_scales():
     np.testing.assert_allclose(obs[-3:], s.ref_height - g1.DEFAULT_BASE_HEIGHT)
 
 
+@pytest.mark.jax
 def test_observation_numpy_equals_jax_batched():
     jnp = pytest.importorskip("jax.numpy")
     rng = np.random.default_rng(1)
@@ -172,6 +173,7 @@ def test_runtime_phase_and_hold_blend_hand_computed():
     np.testing.assert_allclose(hold_blend(frm, home, 0.0, 0.0), 0.0)  # no blend: the default pose at once
 
 
+@pytest.mark.jax
 def test_runtime_observation_inputs_numpy_equals_jax():
     """The training env's observe calls observation_inputs on jax arrays: same phase and window."""
     jnp = pytest.importorskip("jax.numpy")

@@ -9,6 +9,8 @@ from typing import NamedTuple
 from train.shac import (SHAC, SHACConfig, actor_objective, critic_apply, critic_init, obs_norm_init,
                         obs_norm_update, td_lambda_targets)
 
+pytestmark = pytest.mark.jax  # every test here compiles JAX programs
+
 
 def test_actor_objective_hand_computed():
     g = 0.9

@@ -366,19 +366,19 @@ def test_help_lists_flags_and_import_has_no_side_effects():
     assert out.returncode == 0, out.stderr
 
 
-def test_unknown_interface_exits_with_a_clear_error():
-    out = subprocess.run([sys.executable, "-m", "sim", "--interface", "nosuch0", "--domain", "3"],
+def test_unknown_interface_exits_with_a_clear_error(fresh_domain):
+    out = subprocess.run([sys.executable, "-m", "sim", "--interface", "nosuch0", "--domain", str(fresh_domain)],
                          capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert out.returncode == 2
     assert "network interface 'nosuch0' does not exist; available:" in out.stderr
     assert "Traceback" not in out.stderr
 
 
-def test_viewer_without_a_display_is_a_clear_error():
+def test_viewer_without_a_display_is_a_clear_error(fresh_domain):
     import os
 
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
     out = subprocess.run([sys.executable, "-m", "sim", "--viewer", "--busy-check-s", "0",
-                          "--domain", str(50 + os.getpid() % 40)],
+                          "--domain", str(fresh_domain)],
                          capture_output=True, text=True, timeout=120, cwd=REPO_ROOT, env=env)
     assert out.returncode == 2 and "--viewer needs a display" in out.stderr, out.stderr

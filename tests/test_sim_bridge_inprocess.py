@@ -10,7 +10,7 @@ from sim.config import BridgeConfig
 from sim.node import SimBridge
 from robots import g1
 
-pytestmark = pytest.mark.dds
+pytestmark = [pytest.mark.dds, pytest.mark.realtime]  # the sim bridge in real time over DDS on lo
 
 
 def test_in_process_bridge_start_stop_twice(dds_domain):

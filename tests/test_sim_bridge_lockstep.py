@@ -14,7 +14,7 @@ from comm.sim_msgs import SimClient
 from comm.sim_process import launch_bridge_process
 from robots import g1
 
-pytestmark = pytest.mark.dds
+pytestmark = [pytest.mark.dds, pytest.mark.realtime]  # the sim bridge in real time over DDS on lo
 
 CORRUPT = 0.25
 

@@ -1,4 +1,4 @@
-"""`make train CALIB=...` (issue 17 item 1): the calibration enters the training model, the domain
+"""`make train CALIB=...`: the calibration enters the training model, the domain
 randomisation centre and the artifact's provenance; bad files are refused before any compile."""
 import hashlib
 
@@ -60,6 +60,7 @@ def test_overrides_centre_kp_and_delay(tmp_path):
     assert from_dict(cfg.to_dict()) == cfg  # config.yaml round trip keeps the calibration
 
 
+@pytest.mark.jax
 def test_sampled_kp_is_centred_on_the_calibration():
     centre = tuple(np.linspace(0.8, 1.2, g1.NUM_MOTORS))
     cfg = DR.DomainRandConfig(kp_scale=(0.95, 1.05), kp_centre=centre)
@@ -107,6 +108,7 @@ def test_kp_centre_validated():
         DR.DomainRandConfig(action_latency_prob=1.5)
 
 
+@pytest.mark.jax
 def test_exported_artifact_records_the_calibration_and_preflight_accepts_it(tmp_path):
     """A calibrated run folder exported with train.export: provenance.calibration = the file's
     robot id, date and sha256, which deploy's pre-flight matches against the same file."""

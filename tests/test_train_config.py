@@ -19,6 +19,7 @@ from train.checkpoint import save_checkpoint
 from train.cli import parse_overrides
 
 
+@pytest.mark.jax
 def test_action_scale_override_reaches_env_actor_and_exported_artifact(tmp_path):
     """`--set env.action_scale=0.5` trains AND exports at 0.5 (it used to export 0.25)."""
     cfg = C.preset("cpu", motion="hop", algo="bcg").with_overrides(

@@ -43,6 +43,7 @@ def trained(tmp_path_factory):
     return run, out
 
 
+@pytest.mark.jax
 def test_pipeline_train_export_run_in_deploy_runner(trained):
     run, out = trained
     for f in ("config.yaml", "metrics.csv", "curves.png", "checkpoints/latest.npz"):
@@ -64,6 +65,7 @@ def _weights(art) -> list:
     return [numpy_helper.to_array(t) for t in onnx.load_from_string(art.onnx_bytes).graph.initializer]
 
 
+@pytest.mark.jax
 def test_selection_exports_the_best_evaluated_candidate(tmp_path):
     """--select-every: each candidate is exported and evaluated by `python -m eval` (a subprocess, seed SEED);
     the exported policy is the candidate rank() puts first (its ONNX weights, its iteration), and select.json
@@ -88,6 +90,7 @@ def test_selection_exports_the_best_evaluated_candidate(tmp_path):
     assert any(not np.array_equal(a, b) for a, b in zip(_weights(other), _weights(cand)))
 
 
+@pytest.mark.jax
 def test_resume_continues_from_checkpoint(trained):
     run, out = trained
     train_run(tiny(3), resume=str(run), export_dir=str(out), progress=False)
@@ -99,6 +102,8 @@ def test_resume_continues_from_checkpoint(trained):
     assert lr == pytest.approx(cfg.actor_lr + 2 / 3 * (SHACConfig.lr_final - cfg.actor_lr), rel=1e-6)
 
 
+@pytest.mark.jax
+@pytest.mark.fast
 def test_env_and_deploy_build_the_same_observation():
     """Contract: the MJX env's observation == deploy's PolicyRuntime.observe on the same robot state."""
     motion = load_motion("hop")
@@ -123,6 +128,7 @@ def test_unknown_motion_lists_available():
         train_run(preset("cpu", motion="moonwalk", algo="shac"))
 
 
+@pytest.mark.jax
 @pytest.mark.slow
 def test_short_training_run_improves_reward_and_falls(tmp_path):
     """Slow (~11 min here): the headline recipe exactly (jump, cpu preset with its 800-iteration

@@ -17,7 +17,6 @@ from tests.test_adapters import HOLO_CACHE, LOCO, holosoma_models  # noqa: F401 
 from tests.test_deploy_bad_input import assert_refused
 from tests.test_deploy_support import REPO, run_cli, summary_of
 
-WALK_DOMAIN, TRACK_DOMAIN = 70, 71  # the CLI's own bridge; fresh domains (engineer G: 70-79)
 
 
 # ---------------------------------------------------------------- pure functions
@@ -47,9 +46,11 @@ def test_sticks_dead_zone_and_ranges():
 
 # ---------------------------------------------------------------- on the bridge
 @pytest.mark.dds
-def test_holosoma_loco_walks_under_a_scripted_command(holosoma_models, tmp_path):  # noqa: F811
+@pytest.mark.realtime
+@pytest.mark.network
+def test_holosoma_loco_walks_under_a_scripted_command(holosoma_models, tmp_path, fresh_domain):  # noqa: F811
     policy = holosoma_models / LOCO / "fastsac_g1_29dof.onnx"
-    r = run_cli("--robot", "sim", "--policy", policy, "--velocity", "0.5,0,0@5-11", "--domain", WALK_DOMAIN,
+    r = run_cli("--robot", "sim", "--policy", policy, "--velocity", "0.5,0,0@5-11", "--domain", fresh_domain,
                 "--run-root", tmp_path, "--no-plot", timeout=240)
     assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
     s = summary_of(r.stdout)
@@ -66,9 +67,10 @@ def test_holosoma_loco_walks_under_a_scripted_command(holosoma_models, tmp_path)
 
 
 @pytest.mark.dds
-def test_jump_as_mjlab_tracking_policy_completes_its_clip(tmp_path):
+@pytest.mark.realtime
+def test_jump_as_mjlab_tracking_policy_completes_its_clip(tmp_path, fresh_domain):
     p = export_mjlab(load_artifact(REPO / "policies" / "g1" / "hop"), tmp_path / "jump_mjlab")
-    r = run_cli("--robot", "sim", "--policy", p, "--domain", TRACK_DOMAIN, "--run-root", tmp_path, "--no-plot",
+    r = run_cli("--robot", "sim", "--policy", p, "--domain", fresh_domain, "--run-root", tmp_path, "--no-plot",
                 timeout=240)
     assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
     s = summary_of(r.stdout)
@@ -83,6 +85,7 @@ def test_jump_as_mjlab_tracking_policy_completes_its_clip(tmp_path):
 
 
 @pytest.mark.dds
+@pytest.mark.realtime
 def test_bad_third_party_policy_refused_with_nothing_sent(dds_domain, tmp_path):
     from tests.test_adapters import probe_onnx
     from tests.test_tracking import BM_154, bm_file

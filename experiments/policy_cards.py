@@ -1,0 +1,72 @@
+"""Each committed policy shows itself: `policies/g1/<motion>/eval/` holds its eval summary (`eval.json`: `make eval`'s,
+20 randomised episodes, seed 0, without the per-episode rows) and a key-frame strip of episode 0
+(`keyframes.png`: crouch, take-off, apex, touch-down, stand, at half the eval video's size).
+
+    python -m experiments.policy_cards                  # every policies/g1/<motion>/
+    python -m experiments.policy_cards --motions jump   # one
+
+Each eval runs as `python -m eval` in a subprocess (C MuJoCo, one core, ~1-3 min with the video); nothing here
+imports jax.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO / "policies" / "g1"
+EPISODES, SEED = 20, 0
+DROP = ("per_episode", "plot", "video", "video_keyframes", "artifact", "seconds_per_episode")
+
+
+def committed_motions(root: Path = ARTIFACTS) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if (p / "policy.yaml").is_file())
+
+
+def card_summary(ev: dict) -> dict:
+    """eval.json without what only makes sense beside its run folder (paths, per-episode rows, timing)."""
+    return {k: v for k, v in ev.items() if k not in DROP}
+
+
+def write_card(motion: str, run_dir: Path, dest: Path) -> None:
+    from PIL import Image
+
+    ev = json.loads((run_dir / "eval.json").read_text())
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "eval.json").write_text(json.dumps(card_summary(ev), indent=1, sort_keys=True) + "\n")
+    strip = run_dir / "episode0_keyframes.png"
+    if strip.is_file():
+        img = Image.open(strip)
+        small = img.convert("RGB").resize((img.width // 2, img.height // 2), Image.LANCZOS)
+        small.quantize(colors=256).save(dest / "keyframes.png", optimize=True)  # a palette png: ~3x smaller
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--motions", nargs="+", default=None, help="default: every policies/g1/<motion>/")
+    a = p.parse_args(argv)
+    motions = a.motions or committed_motions()
+    unknown = sorted(set(motions) - set(committed_motions()))
+    if unknown:
+        p.error(f"no policies/g1/<motion>/policy.yaml for {', '.join(unknown)} (have: {', '.join(committed_motions())})")
+    for m in motions:
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [sys.executable, "-m", "eval", "--motion", m, "--episodes", str(EPISODES), "--seed", str(SEED),
+                   "--out", tmp]
+            r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+            if r.returncode != 0:
+                print(f"policy-cards: {m}: python -m eval exited {r.returncode}:\n{r.stdout[-2000:]}{r.stderr[-2000:]}",
+                      file=sys.stderr)
+                return 1
+            (run_dir,) = [d.parent for d in Path(tmp).glob(f"{m}/*/eval.json")]
+            write_card(m, run_dir, ARTIFACTS / m / "eval")
+        print(f"policy-cards: wrote {(ARTIFACTS / m / 'eval').relative_to(REPO)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
