@@ -39,7 +39,13 @@ def _curve(run: Path) -> dict:
 
 
 def evaluate(artifact: Path, out: Path, episodes: int = 20, seed: int = 0) -> dict:
-    cmd = [sys.executable, "-m", "eval", "--motion", "jump", "--artifacts", str(artifact.parent), "--episodes",
+    """`python -m eval` of the artifact folder (eval finds it as <root>/jump: a link in `out`)."""
+    root = out / "artifacts"
+    root.mkdir(parents=True, exist_ok=True)
+    link = root / "jump"
+    if not link.exists():
+        link.symlink_to(Path(artifact).resolve())
+    cmd = [sys.executable, "-m", "eval", "--motion", "jump", "--artifacts", str(root), "--episodes",
            str(episodes), "--seed", str(seed), "--no-video", "--out", str(out)]
     subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     return json.loads(max(out.rglob("eval.json"), key=lambda p: p.stat().st_mtime).read_text())
