@@ -102,3 +102,20 @@ def test_legacy_mapping_refuses_an_inconsistent_old_run():
         from_legacy(old)
     with pytest.raises(ValueError, match="fall criterion"):
         from_legacy({"motion": "hop", "env": {"max_tilt": 0.8}})
+
+
+def test_the_jump_recipe_is_what_trained_the_committed_jump():
+    """`make train MOTION=jump` with no ARGS runs train/recipes.yaml's flags: the committed policy's training
+    (its config: random starts 0.5; its provenance: a selected checkpoint within the recipe's iterations)."""
+    import yaml
+
+    from train.cli import recipe
+
+    flags = recipe("jump")
+    assert flags == ["--iterations", "2400", "--time-budget-min", "45", "--set", "env.random_start=0.5",
+                     "--select-every", "50"]
+    art = yaml.safe_load(open("policies/g1/jump/policy.yaml"))
+    assert "selected" in art["provenance"] and art["provenance"]["iterations"] <= 2400
+    trained = yaml.safe_load(open("policies/g1/jump/training/config.yaml"))
+    assert trained["env"]["random_start"] == 0.5
+    assert recipe("no_such_motion") == []
