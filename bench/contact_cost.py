@@ -5,7 +5,7 @@ Each model: a jitted, vmapped env step over N envs (cpu preset: 32) at the train
 20 ms), timed after its compile as the median of `repeats` calls; the gradient is jax.grad of the
 summed reward of one control step w.r.t. the actions. Ratios are impulse / mjx.
 
-    python -m bench.contact_cost [--envs 32] [--repeats 10]
+    python -m bench.contact_cost [--envs 32] [--repeats 10] [--out results/contact_cost.json]
 """
 from __future__ import annotations
 
@@ -53,12 +53,29 @@ def run(num_envs: int = 32, repeats: int = 10) -> dict:
     return out
 
 
+def render_contact_cost_table(results: dict) -> str:
+    """Markdown table of results/contact_cost.json."""
+    n = results["contact_cost_envs"]
+    lines = [f"| contact | step of {n} envs | vs mjx | gradient of one step | vs mjx |", "|---|---|---|---|---|"]
+    for name in CONTACTS:
+        ratio = lambda k: "-" if name == "mjx" else f"{results[f'contact_{k}_ratio_{name}']:.2f}x"  # noqa: E731
+        lines.append(f"| {name} | {results[f'contact_step_ms_{name}']:.1f} ms | {ratio('step')} "
+                     f"| {results[f'contact_grad_ms_{name}']:.1f} ms | {ratio('grad')} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--envs", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--out", default=None, help="also write the JSON here (results/contact_cost.json)")
     a = ap.parse_args(argv)
-    print(json.dumps(run(a.envs, a.repeats), indent=1))
+    text = json.dumps(run(a.envs, a.repeats), indent=1)
+    print(text)
+    if a.out:
+        from pathlib import Path
+
+        Path(a.out).write_text(text + "\n")
     return 0
 
 
