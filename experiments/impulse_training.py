@@ -20,16 +20,11 @@ from pathlib import Path
 
 import yaml
 
+from train.export import repo_relative
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results" / "impulse_training.json"
 PLOT = REPO / "docs" / "impulse_training.png"
-
-
-def _rel(p: Path) -> str:
-    try:
-        return str(Path(p).resolve().relative_to(REPO))
-    except ValueError:
-        return str(p)
 
 
 def _curve(run: Path) -> dict:
@@ -67,7 +62,7 @@ def row_of(run: Path, name: str, artifact: Path) -> dict:
         "selection": [{"iteration": c["iteration"], "falls": c.get("falls")} for c in sel["candidates"]],
         "eval_seed0": {k: ev[k] for k in ("episodes", "falls", "stood_at_end", "apex_foot_clearance_m", "flight_time_s",
                                            "pelvis_apex_rise_m", "tracking_error_cm", "stance_penetration_mm", "penetration_mm")},
-        "run": _rel(run), "artifact": _rel(artifact),
+        "run": repo_relative(run), "artifact": repo_relative(artifact),
         "curve": {"iteration": curve["iteration"][::10], "reward": curve["reward"][::10]},
     }
 
@@ -106,17 +101,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", type=Path, help="a finished training run folder (trained with --select-every)")
     ap.add_argument("--name", help="the row's name")
-    ap.add_argument("--artifact", type=Path, default=None, help="its exported policy folder (default: the run's export)")
+    ap.add_argument("--artifact", type=Path, default=None, help="its exported policy folder (the --export-dir it was trained with)")
     ap.add_argument("--plot", action="store_true")
     a = ap.parse_args(argv)
     res = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"motion": "jump", "rows": []}
     if a.run:
-        if not a.name or not (a.run / "select" / "select.json").is_file():
-            ap.error("--run needs --name and a run trained with --select-every (its select/select.json)")
-        art = a.artifact
-        if art is None:
-            raise SystemExit("--artifact: the run's exported policy folder (the --export-dir it was trained with)")
-        row = row_of(a.run, a.name, art)
+        if not a.name or a.artifact is None or not (a.run / "select" / "select.json").is_file():
+            ap.error("--run needs --name, --artifact and a run trained with --select-every (its select/select.json)")
+        row = row_of(a.run, a.name, a.artifact)
         res["rows"] = [r for r in res["rows"] if r["name"] != a.name] + [row]
         RESULTS.write_text(json.dumps(res, indent=1) + "\n")
         print(f"wrote {RESULTS}")

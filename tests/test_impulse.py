@@ -221,8 +221,7 @@ def c_mujoco_run(drop: float, seconds: float):
     d = mujoco.MjData(m)
     mujoco.mj_resetDataKeyframe(m, d, 0)
     mujoco.mj_forward(m, d)
-    feet = {m.body(n).id for n in g1.FOOT_BODIES}
-    sg = np.array([i for i in range(m.ngeom) if m.geom_type[i] == mujoco.mjtGeom.mjGEOM_SPHERE and m.geom_bodyid[i] in feet])
+    sg = C.foot_sphere_geoms(m)
     d.qpos[2] += drop - _sphere_bottoms(m, d, sg).min()
     mujoco.mj_forward(m, d)
     qadr, dadr = M.motor_qpos_adr(m), M.motor_dof_adr(m)
@@ -245,9 +244,7 @@ def g1_impulse():
     """jit rollouts of the PD-held G1 on the impulse contact (feet-only training model, 5 ms substeps), one
     per mode; each returns per step (qpos[:7], vz, sphere bottoms, normal impulses) for STEPS_10S steps."""
     m = M.build_training_model(M.TrainModelConfig(timestep=0.005))
-    floor = m.geom("floor").id
-    sg = np.array([i for i in range(m.ngeom) if i != floor and m.geom_contype[i]
-                   and m.geom_type[i] == mujoco.mjtGeom.mjGEOM_SPHERE])
+    sg = C.foot_sphere_geoms(m)
     mj, fdofs, floss = I.without_frictionloss(C.disable_foot_contact(m, sg))
     mx = mjx.put_model(mj)
     qadr, dadr = M.motor_qpos_adr(mj), M.motor_dof_adr(mj)
