@@ -18,10 +18,16 @@ Measures per (contact mode, kappa, horizon, estimator), over `seeds` batches of 
 - ratio_seed_var / ratio_batch_var: BCG / plain;
 - bias and cosine of the mean gradient against plain's mean (both estimate the same batch objective's
   gradient only where it is smooth; their gap is what the bundle changes);
-- bundled: fraction of env-steps in a bundle; touchdown_step: mean control step of first contact.
+- bundled: fraction of env-steps in a bundle; touchdown_step: mean control step of first contact;
+- local: what a bundle can average at all. Each env's start state is perturbed M times by the seed's own
+  bundle perturbation (1 cm / 1 cm/s at both feet through the legs' damped pseudo-inverse, clamped; the same
+  action noise), and the plain gradient taken at each: local_var is the mean over envs of the summed sample
+  variance over those M copies, local_share = local_var / seed_var. The seed's measure is the spread of g_i
+  over envs; a bundle of B branches at that scale can remove at most (1 - 1/B) of its local part, so
+  bound_seed_var = 1 - (1 - 1/8) local_share is the lowest BCG-seed / plain ratio this scenario admits.
 
     python -m bench.gradients_touchdown [--modes soft mixed hard] [--kappas 50 100 300] [--horizons 8 32]
-        [--envs 64] [--seeds 12] [--out results/gradients_touchdown.json]
+        [--envs 64] [--seeds 12] [--local 8] [--out results/gradients_touchdown.json]
 """
 from __future__ import annotations
 
@@ -37,7 +43,7 @@ import numpy as np
 from motions import hold_pose_motion
 from robots import g1
 from train import domain_rand as DR
-from train.bcg import BCGConfig
+from train.bcg import BCGConfig, perturb_branches
 from train.env import EnvConfig, G1Env
 from train.rollout import rollout
 
@@ -51,8 +57,8 @@ class Scenario:
     slot budget), so they run as a vmap over single-env rollouts and yield per-env gradients; bcg_ours's
     slot budget couples the envs of a batch, so it yields the batch gradient only."""
 
-    def __init__(self, mode: str, horizon: int, num_envs: int):
-        self.N, self.H, self.mode = num_envs, horizon, mode
+    def __init__(self, mode: str, horizon: int, num_envs: int, local: int = 0):
+        self.N, self.H, self.mode, self.M = num_envs, horizon, mode, local
         self.env = env = G1Env(EnvConfig(contact="impulse", impulse_mode=mode, domain_rand=DR.DomainRandConfig.off(),
                                          obs_noise=0.0), hold_pose_motion(horizon + 8, "hold"))
         self.bcg = {"plain": None, "bcg_seed": BCGConfig.seed_settings(1, env.cfg.physics_dt),
@@ -73,12 +79,25 @@ class Scenario:
             data = s.data.replace(qpos=s.data.qpos.at[:, 2].add(z), qvel=s.data.qvel.at[:, 2].set(-(v_td - 9.81 * t)))
             return s.replace(data=data, dr=s.dr.replace(contact_kappa=jnp.full(n, kappa, s.dr.contact_kappa.dtype))), k_roll
 
-        def ret(theta, key, n, kappa, cfg):
-            s, k = start(key, n, kappa)
+        def ret_from(theta, s, k, cfg):
             _, traj = rollout(env, policy, theta, s, k, H, cfg)
             contact = traj["metrics"]["contact_force_max"] > 1e-3  # (H, n)
             td = jnp.where(contact.any(0), jnp.argmax(contact, 0), H).astype(jnp.float32)
             return traj["reward"].sum(0).mean(), (traj["bundled"].mean(), td.mean())
+
+        def ret(theta, key, n, kappa, cfg):
+            s, k = start(key, n, kappa)
+            return ret_from(theta, s, k, cfg)
+
+        def local_grads(theta, key, kappa):
+            """(M, 29) plain gradients of one env from M copies of its start state under the seed's bundle
+            perturbation (both legs), with the same action noise."""
+            s, k = start(key, 1, kappa)
+            s0 = jax.tree.map(lambda x: x[0], s)
+            br = perturb_branches(env, s0, jax.random.fold_in(key, 7), jnp.array([True, True]),
+                                  self.bcg["bcg_seed"], self.M)
+            g = jax.grad(lambda th, sm: ret_from(th, jax.tree.map(lambda x: x[None], sm), k, None)[0])
+            return jax.vmap(g, in_axes=(None, 0))(theta, br)
 
         def per_env(cfg):
             g = jax.grad(lambda th, key, kp: ret(th, key, 1, kp, cfg), has_aux=True)
@@ -87,6 +106,7 @@ class Scenario:
         self.per_env = {"plain": per_env(None), "bcg_seed": per_env(self.bcg["bcg_seed"])}
         self.batch = {"bcg_ours": jax.jit(jax.grad(lambda th, key, kp: ret(th, key, num_envs, kp, self.bcg["bcg_ours"]),
                                                    has_aux=True))}
+        self.local = jax.jit(jax.vmap(local_grads, in_axes=(None, 0, None))) if local > 1 else None
         self.theta = jnp.zeros(g1.NUM_MOTORS)
 
     def estimates(self, seed: int, kappa: float) -> dict:
@@ -100,6 +120,8 @@ class Scenario:
         for k, fn in self.batch.items():
             g, (b, td) = jax.block_until_ready(fn(self.theta, jax.random.PRNGKey(seed), kappa))
             out[k] = (None, np.asarray(g), float(b), float(td))
+        if self.local is not None:
+            out["local"] = np.asarray(jax.block_until_ready(self.local(self.theta, keys, kappa)))  # (N, M, 29)
         return out
 
 
@@ -114,11 +136,25 @@ def batch_var(g: np.ndarray) -> float:
     return float(g.var(0, ddof=1).sum())
 
 
+def local_summary(local: list[np.ndarray], seed_var: float, branches: int = 8) -> dict:
+    """local: per seed, (N envs, M copies, 29) plain gradients of perturbed copies of each env's start.
+    local_var: mean over seeds of the mean over envs of the summed sample variance over copies;
+    bound_seed_var = 1 - (1 - 1/B) local_var / seed_var (a B-branch bundle averages only the local part)."""
+    lv = np.array([g.var(1, ddof=1).sum(-1).mean() for g in local])
+    share = float(lv.mean() / seed_var)
+    return {"copies": int(local[0].shape[1]), "local_var": float(lv.mean()), "local_var_ci90": _boot(lv, np.mean),
+            "local_share": share, "bound_seed_var": 1.0 - (1.0 - 1.0 / branches) * share}
+
+
 def study(sc: Scenario, kappa: float, seeds: int) -> dict:
     per = {k: [] for k in ESTIMATORS}
+    local = []
     t0 = time.perf_counter()
     for sd in range(seeds):
-        for k, v in sc.estimates(1000 + sd, kappa).items():
+        est = sc.estimates(1000 + sd, kappa)
+        if "local" in est:
+            local.append(est.pop("local"))
+        for k, v in est.items():
             per[k].append(v)
     row: dict = {"mode": sc.mode, "kappa": kappa, "horizon": sc.H, "envs": sc.N, "seeds": seeds,
                  "wall_s": time.perf_counter() - t0}
@@ -134,6 +170,8 @@ def study(sc: Scenario, kappa: float, seeds: int) -> dict:
             r["seed_var"] = float(sv.mean())
             r["seed_var_ci90"] = _boot(sv, np.mean)
         row[k] = r
+    if local:
+        row["local"] = local_summary(local, row["plain"]["seed_var"])
     for k in ESTIMATORS[1:]:
         row[k]["ratio_batch_var"] = row[k]["batch_var"] / row["plain"]["batch_var"]
         if "seed_var" in row[k]:
@@ -144,18 +182,24 @@ def study(sc: Scenario, kappa: float, seeds: int) -> dict:
     return row
 
 
+def _local_cell(loc: dict | None) -> str:
+    return "-" if not loc else f"{loc['local_share']:.3f} ({loc['bound_seed_var']:.2f})"
+
+
 def render_gradients_touchdown_table(results: dict) -> str:
     """Markdown table of results/gradients_touchdown.json."""
     lines = ["| mode | kappa | H | envs x seeds | touch-down step | plain seed var | BCG-seed / plain (seed var, 90 % CI) "
-             "| BCG-seed / plain (batch var) | BCG-ours / plain (batch var) | bundled (seed / ours) | cos BCG-seed vs plain |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| BCG-seed / plain (batch var) | BCG-ours / plain (batch var) | bundled (seed / ours) | cos BCG-seed vs plain "
+             "| local share of seed var (lowest ratio a bundle admits) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results["rows"]:
         p, s, o = r["plain"], r["bcg_seed"], r["bcg_ours"]
         lo, hi = (x / p["seed_var"] for x in s["seed_var_ci90"])
         lines.append(
             f"| {r['mode']} | {r['kappa']:g} | {r['horizon']} | {r['envs']} x {r['seeds']} | {p['touchdown_step']:.1f} "
             f"| {p['seed_var']:.3g} | {s['ratio_seed_var']:.2f} ({lo:.2f}-{hi:.2f}) | {s['ratio_batch_var']:.2f} "
-            f"| {o['ratio_batch_var']:.2f} | {s['bundled']:.2f} / {o['bundled']:.2f} | {s['cos_vs_plain']:.2f} |")
+            f"| {o['ratio_batch_var']:.2f} | {s['bundled']:.2f} / {o['bundled']:.2f} | {s['cos_vs_plain']:.2f} "
+            f"| {_local_cell(r.get('local'))} |")
     return "\n".join(lines)
 
 
@@ -166,6 +210,8 @@ def main(argv=None) -> int:
     ap.add_argument("--horizons", type=int, nargs="+", default=[8, 32])
     ap.add_argument("--envs", type=int, default=64)
     ap.add_argument("--seeds", type=int, default=12)
+    ap.add_argument("--local", type=int, default=8, metavar="M",
+                    help="perturbed copies per env for the local variance (0: skip)")
     ap.add_argument("--out", default=None, help="write the JSON here (rows already there for other settings are kept)")
     a = ap.parse_args(argv)
     if a.envs < 2 or a.seeds < 2:
@@ -174,7 +220,7 @@ def main(argv=None) -> int:
     rows = []
     for H in a.horizons:
         for mode in a.modes:
-            sc = Scenario(mode, H, a.envs)
+            sc = Scenario(mode, H, a.envs, a.local)
             for kappa in (a.kappas if mode != "hard" else a.kappas[-1:]):  # hard ignores kappa
                 row = study(sc, kappa, a.seeds)
                 rows.append(row)

@@ -54,7 +54,7 @@ def row_of(run: Path, name: str, artifact: Path) -> dict:
     env = cfg["env"]
     return {
         "name": name, "algo": cfg["algo"], "contact": env["contact"], "impulse_mode": env.get("impulse_mode"),
-        "kappa": env["kappa"], "preset": cfg["preset"], "seed": cfg["seed"],
+        "kappa": env["kappa"], "relaxation": env.get("impulse_relaxation"), "preset": cfg["preset"], "seed": cfg["seed"],
         "num_envs": cfg["shac"]["num_envs"], "horizon": cfg["shac"]["horizon"],
         "bcg": {k: cfg["bcg"][k] for k in ("branches", "horizon", "tau", "max_bundled_envs")} if cfg["algo"] == "bcg" else None,
         "iterations_run": curve["iteration"][-1], "train_wall_s": curve["wall_s"][-1],
@@ -69,15 +69,46 @@ def row_of(run: Path, name: str, artifact: Path) -> dict:
 
 def render_impulse_training_table(results: dict) -> str:
     """Markdown table of results/impulse_training.json."""
-    lines = ["| run | algorithm | contact | kappa | iterations (selected) | wall min | falls/20 | stood | soles cm "
-             "| flight s | tracking cm | stance penetration mm |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| run | algorithm | contact | kappa | relaxation | iterations (selected) | wall min | falls/20 | stood "
+             "| soles cm | flight s | tracking cm | stance penetration mm |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results["rows"]:
         e = r["eval_seed0"]
         lines.append(
-            f"| {r['name']} | {r['algo']} | {r['contact']} {r['impulse_mode'] or ''} | {r['kappa']:g} "
+            f"| {r['name']} | {r['algo']} | {r['contact']} {r['impulse_mode'] or ''} | {r['kappa']:g} | {r.get('relaxation') or '-'} "
             f"| {r['iterations_run']} ({r['selected_iteration']}) | {r['train_wall_s'] / 60:.0f} | {e['falls']} "
             f"| {e['stood_at_end']} | {100 * e['apex_foot_clearance_m']['mean']:.1f} | {e['flight_time_s']['mean']:.2f} "
             f"| {e['tracking_error_cm']:.1f} | {e['stance_penetration_mm']:.2f} |")
+    return "\n".join(lines)
+
+
+def summary_by_setting(results: dict) -> list[dict]:
+    """Rows grouped by (algorithm, contact, mode, kappa, relaxation): seeds, falls/20 per seed and their mean,
+    standing and wall time."""
+    groups: dict = {}
+    for r in results["rows"]:
+        key = (r["algo"], r["contact"], r["impulse_mode"], r["kappa"], r.get("relaxation"))
+        groups.setdefault(key, []).append(r)
+    out = []
+    for (algo, contact, mode, kappa, relax), rows in groups.items():
+        falls = [r["eval_seed0"]["falls"] for r in rows]
+        out.append({"algo": algo, "contact": contact, "impulse_mode": mode, "kappa": kappa, "relaxation": relax,
+                    "seeds": [r["seed"] for r in rows], "falls": falls, "falls_mean": sum(falls) / len(falls),
+                    "stood": [r["eval_seed0"]["stood_at_end"] for r in rows],
+                    "iterations": [r["iterations_run"] for r in rows],
+                    "wall_min_mean": sum(r["train_wall_s"] for r in rows) / 60 / len(rows)})
+    return out
+
+
+def render_impulse_training_summary(results: dict) -> str:
+    """Markdown table: per setting, the seeds' falls/20 in C MuJoCo (eval seed 0)."""
+    lines = ["| algorithm | contact | kappa | relaxation | seeds | falls/20 per seed | mean falls/20 | stood per seed "
+             "| iterations per seed | mean wall min |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for g in summary_by_setting(results):
+        lines.append(
+            f"| {g['algo']} | {g['contact']} {g['impulse_mode'] or ''} | {g['kappa']:g} | {g['relaxation'] or '-'} "
+            f"| {len(g['seeds'])} | {' / '.join(map(str, g['falls']))} | {g['falls_mean']:.1f} "
+            f"| {' / '.join(map(str, g['stood']))} | {' / '.join(map(str, g['iterations']))} | {g['wall_min_mean']:.0f} |")
     return "\n".join(lines)
 
 
@@ -116,6 +147,8 @@ def main(argv=None) -> int:
         plot(res)
         print(f"wrote {PLOT}")
     print(render_impulse_training_table(res))
+    print()
+    print(render_impulse_training_summary(res))
     return 0
 
 
