@@ -5,7 +5,8 @@
 
 PASSIVE sends zero torque, STAND_UP blends from the measured pose to the default pose, HOLD
 holds the default pose, POLICY runs the ONNX policy, DAMPING sends kp = 0, kd = DAMPING_KD.
-Buttons are edge-triggered (a press, not a held button, advances the machine).
+Buttons are edge-triggered (a press, not a held button, advances the machine). Buttons are named
+as in comm.remote.BUTTONS; comm.remote.button_names turns LowState's bit field into those names.
 """
 from __future__ import annotations
 
@@ -26,19 +27,6 @@ STATES = [s.value for s in State]  # the log's state codes are indices into this
 
 def state_index(s: State) -> int:
     return STATES.index(s.value)
-
-
-# Remote buttons (LowState.wireless_remote bytes [2:4], u16, bit i; Unitree unitree_sdk2 wireless_remote layout)
-BUTTON_BITS = ("R1", "L1", "Start", "Select", "R2", "L2", "F1", "F2",
-               "A", "B", "X", "Y", "Up", "Right", "Down", "Left")
-
-
-def buttons_from_bits(bits: int) -> frozenset[str]:
-    return frozenset(name for i, name in enumerate(BUTTON_BITS) if bits >> i & 1)
-
-
-def bits_from_buttons(names) -> int:
-    return sum(1 << BUTTON_BITS.index(n) for n in names)
 
 
 def estop_requested(held: frozenset[str], pressed: frozenset[str]) -> str | None:
