@@ -50,7 +50,7 @@ def _place(m, d, g, dist, vz):
 
 def measured_curve(m: mujoco.MjModel, dists, speed) -> np.ndarray:
     """Mean normal force per foot sphere (N) of MuJoCo's constraint contact, robot at distance d."""
-    g = C.foot_sphere_geoms(m)
+    g = M.sole_spheres(m).ravel()
     floor = m.geom("floor").id
     d = mujoco.MjData(m)
     f6 = np.zeros(6)
@@ -84,7 +84,7 @@ def _settle_stats(dist_hist, h_hist, n_last):
 
 def rest_native(m: mujoco.MjModel, T=2.0) -> dict:
     """PD-held default pose on MuJoCo's own contact, settled: mean sphere distance (stance)."""
-    g = C.foot_sphere_geoms(m)
+    g = M.sole_spheres(m).ravel()
     d = mujoco.MjData(m)
     _place(m, d, g, 0.0, 0.0)
     dist, h = [], []
@@ -99,7 +99,7 @@ def rest_native(m: mujoco.MjModel, T=2.0) -> dict:
 def rest_sigmoid(p: C.ContactParams, substep=C.SUBSTEP, T=2.0) -> dict:
     """PD-held default pose on the sigmoid contact (C MuJoCo steps, forces from train/contact.py)."""
     m = M.build_training_model(M.TrainModelConfig(timestep=substep))
-    g = C.foot_sphere_geoms(m)
+    g = M.sole_spheres(m).ravel()
     m = C.disable_foot_contact(m, g)
     d = mujoco.MjData(m)
     _place(m, d, g, 0.0, 0.0)
@@ -132,7 +132,7 @@ def timing(batch=16, calls=50) -> dict:
 
     out = {"batch": batch, "calls": calls}
     m_nat = M.build_training_model(M.TrainModelConfig(timestep=C.SUBSTEP))
-    g = C.foot_sphere_geoms(m_nat)
+    g = M.sole_spheres(m_nat).ravel()
     m_sig = C.disable_foot_contact(m_nat, g)
     p = C.ContactParams()
     for name, m, fn in (("mjx_native", m_nat, lambda mx, d: mjx.step(mx, d)),
@@ -200,7 +200,7 @@ def main(argv=None):
                    "stability_at_substep": p0.stability(C.SUBSTEP, C.G1_SPHERE_MASS),
                    "stability_at_200Hz": p0.stability(0.005, C.G1_SPHERE_MASS)},
         "native_model": {"train_timeconst_s": M.STIFFNESS_TIMECONST["stiff"], "bridge_timeconst_s": M.BRIDGE_TIMECONST,
-                         "solimp": m_train.geom_solimp[C.foot_sphere_geoms(m_train)[0]].tolist()},
+                         "solimp": m_train.geom_solimp[M.sole_spheres(m_train)[0, 0]].tolist()},
     }
     if args.timing:
         result["timing"] = timing()

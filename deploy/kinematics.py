@@ -51,21 +51,7 @@ class G1LegKinematics:
         self._leg_jnt = np.array(
             [[m.joint(g1.JOINT_NAMES[i]).id for i in range(sl.start, sl.stop)] for sl in (g1.LEG_L, g1.LEG_R)]
         )
-        # Collision spheres of each foot body: the sole points (Menagerie: 4 per foot, r = 5 mm).
-        soles = []
-        for b in g1.FOOT_BODIES:
-            bid = m.body(b).id
-            gids = [
-                g for g in range(m.ngeom)
-                if m.geom_bodyid[g] == bid and m.geom_type[g] == mujoco.mjtGeom.mjGEOM_SPHERE
-                and (m.geom_contype[g] or m.geom_conaffinity[g])
-            ]
-            if not gids:
-                raise ValueError(f"no collision spheres on foot body {b!r}: cannot locate the sole")
-            soles.append(gids)
-        if len({len(s) for s in soles}) != 1:
-            raise ValueError("left and right feet have different numbers of sole spheres")
-        self._sole_geom = np.array(soles)
+        self._sole_geom = robot_model.sole_spheres(m)  # (2, S): the sole points (Menagerie: 4 per foot, r = 5 mm)
         self.sole_radius = float(m.geom_size[self._sole_geom[0, 0], 0])
         imu = m.site(g1.IMU_SITE).id
         if m.site_bodyid[imu] != self._base_body:

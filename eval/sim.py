@@ -37,10 +37,7 @@ class EvalSim:
         self.qadr, self.dadr = RM.motor_qpos_adr(m), RM.motor_dof_adr(m)
         self.floor = m.geom("floor").id
         self.pelvis = m.body(g1.BASE_BODY).id
-        feet = [m.body(n).id for n in g1.FOOT_BODIES]
-        sph = mujoco.mjtGeom.mjGEOM_SPHERE
-        self.soles = [np.array([g for g in range(m.ngeom) if m.geom_bodyid[g] == b and m.geom_type[g] == sph])
-                      for b in feet]
+        self.soles = list(RM.sole_spheres(m))
         self.key_bodies = np.array([m.body(n).id for n in KEY_BODIES])
         try:
             s = m.sensor("imu-pelvis-angular-velocity")

@@ -151,9 +151,7 @@ def _fk_model():
     from robots import model as RM
 
     m = RM.build_bridge_model()
-    feet = [m.body(n).id for n in g1.FOOT_BODIES]
-    sph = mujoco.mjtGeom.mjGEOM_SPHERE
-    soles = [np.array([g for g in range(m.ngeom) if m.geom_bodyid[g] == b and m.geom_type[g] == sph]) for b in feet]
+    soles = list(RM.sole_spheres(m))
     ankles = [m.joint(f"{s}_ankle_pitch_joint").id for s in ("left", "right")]
     d = mujoco.MjData(m)
     mujoco.mj_resetDataKeyframe(m, d, m.key("home").id)

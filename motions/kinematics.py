@@ -41,12 +41,8 @@ def leg_geometry() -> tuple[LegGeometry, LegGeometry]:
     m = M.build_bridge_model()
     d = mujoco.MjData(m)
     out = []
-    for side in ("left", "right"):
+    for side, spheres in zip(("left", "right"), M.sole_spheres(m).tolist()):
         jids = [m.joint(f"{side}_{j}_joint").id for j in IK_JOINTS]
-        foot = m.body(f"{side}_ankle_roll_link").id
-        spheres = [g for g in range(m.ngeom) if m.geom_bodyid[g] == foot and m.geom_type[g] == mujoco.mjtGeom.mjGEOM_SPHERE]
-        if not spheres:
-            raise MotionError(f"the G1 model has no foot spheres on {side}_ankle_roll_link; cannot measure the sole")
         d.qpos[:] = 0
         d.qpos[3] = 1.0
         mujoco.mj_kinematics(m, d)

@@ -272,3 +272,21 @@ def motor_qpos_adr(model: mujoco.MjModel) -> np.ndarray:
 def motor_dof_adr(model: mujoco.MjModel) -> np.ndarray:
     """qvel addresses of the 29 motor joints, in motor order."""
     return np.array([model.jnt_dofadr[model.joint(n).id] for n in g1.JOINT_NAMES])
+
+
+def sole_spheres(model: mujoco.MjModel) -> np.ndarray:
+    """(2, S) geom ids of the soles' spheres: the sphere geoms on each foot body (g1.FOOT_BODIES,
+    left then right), in geom order (Menagerie's G1: S = 4, r = 5 mm, class `foot`); `.ravel()`
+    gives the flat list.
+    Raises ModelError when a foot has no sphere or the feet have different numbers of them."""
+    sphere = mujoco.mjtGeom.mjGEOM_SPHERE
+    soles = []
+    for name in g1.FOOT_BODIES:
+        body = model.body(name).id
+        geoms = [g for g in range(model.ngeom) if model.geom_bodyid[g] == body and model.geom_type[g] == sphere]
+        if not geoms:
+            raise ModelError(f"no sphere geoms on foot body {name!r}: cannot locate the sole")
+        soles.append(geoms)
+    if len({len(s) for s in soles}) != 1:
+        raise ModelError(f"left and right feet have different numbers of sole spheres ({[len(s) for s in soles]})")
+    return np.array(soles, dtype=np.int64)

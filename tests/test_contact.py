@@ -143,7 +143,7 @@ def test_stability_criterion_measured_on_an_oscillator(factor, grows):
 
 def test_disable_foot_contact_and_effective_mass():
     m = M.build_training_model()
-    g = C.foot_sphere_geoms(m)
+    g = M.sole_spheres(m).ravel()
     assert len(g) == 8
     off = C.disable_foot_contact(m, g)
     assert np.all(m.geom_contype[g] == 1) and np.all(off.geom_contype[g] == 0)  # the original is untouched
@@ -161,7 +161,7 @@ def test_disable_foot_contact_and_effective_mass():
 # ------------------------------------------------------------------------------ MJX (small compiles)
 def _standing_setup(substep, lift=0.0, vz=0.0):
     m = M.build_training_model(M.TrainModelConfig(timestep=substep))
-    g = C.foot_sphere_geoms(m)
+    g = M.sole_spheres(m).ravel()
     m = C.disable_foot_contact(m, g)
     d = mujoco.MjData(m)
     mujoco.mj_resetDataKeyframe(m, d, 0)
@@ -190,7 +190,7 @@ def _bridge_rest_penetration():
     d = mujoco.MjData(m)
     mujoco.mj_resetDataKeyframe(m, d, 0)
     mujoco.mj_forward(m, d)
-    g = C.foot_sphere_geoms(m)
+    g = M.sole_spheres(m).ravel()
     d.qpos[2] -= (d.geom_xpos[g, 2] - m.geom_size[g, 0]).min()
     qa, da = M.motor_qpos_adr(m), M.motor_dof_adr(m)
     floor = m.geom("floor").id

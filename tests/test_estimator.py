@@ -82,8 +82,7 @@ def test_reset_puts_the_lower_sole_on_the_ground(model):
     d = mujoco.MjData(model)
     mujoco.mj_resetDataKeyframe(model, d, model.key("home").id)
     mujoco.mj_forward(model, d)
-    soles = [g for g in range(model.ngeom) if model.geom_bodyid[g] == model.body(g1.FOOT_BODIES[0]).id
-             and model.geom_type[g] == mujoco.mjtGeom.mjGEOM_SPHERE]
+    soles = robot_model.sole_spheres(model)[0].tolist()
     gap = min(d.geom_xpos[g][2] for g in soles) - 0.005
     assert 0.0 < gap < 0.002
     est = Estimator(model=model)

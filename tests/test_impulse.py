@@ -221,7 +221,7 @@ def c_mujoco_run(drop: float, seconds: float):
     d = mujoco.MjData(m)
     mujoco.mj_resetDataKeyframe(m, d, 0)
     mujoco.mj_forward(m, d)
-    sg = C.foot_sphere_geoms(m)
+    sg = M.sole_spheres(m).ravel()
     d.qpos[2] += drop - _sphere_bottoms(m, d, sg).min()
     mujoco.mj_forward(m, d)
     qadr, dadr = M.motor_qpos_adr(m), M.motor_dof_adr(m)
@@ -244,7 +244,7 @@ def g1_impulse():
     """jit rollouts of the PD-held G1 on the impulse contact (feet-only training model, 5 ms substeps), one
     per mode; each returns per step (qpos[:7], vz, sphere bottoms, normal impulses) for STEPS_10S steps."""
     m = M.build_training_model(M.TrainModelConfig(timestep=0.005))
-    sg = C.foot_sphere_geoms(m)
+    sg = M.sole_spheres(m).ravel()
     mj, fdofs, floss = I.without_frictionloss(C.disable_foot_contact(m, sg))
     mx = mjx.put_model(mj)
     qadr, dadr = M.motor_qpos_adr(mj), M.motor_dof_adr(mj)

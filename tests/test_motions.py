@@ -95,10 +95,7 @@ def test_hop_forward_moves_forward():
 @pytest.fixture(scope="module")
 def bridge():
     model = RM.build_bridge_model()
-    feet = [model.body(n).id for n in g1.FOOT_BODIES]
-    spheres = [[g for g in range(model.ngeom) if model.geom_bodyid[g] == b
-                and model.geom_type[g] == mujoco.mjtGeom.mjGEOM_SPHERE] for b in feet]
-    return model, spheres
+    return model, RM.sole_spheres(model).tolist()
 
 
 @pytest.mark.parametrize("name", ["hop", "hop_forward"])

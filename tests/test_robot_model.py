@@ -92,6 +92,20 @@ def test_training_model_has_only_foot_floor_contacts(train_model):
     assert m.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_EULERDAMP
 
 
+@pytest.mark.parametrize("which", ["train_model", "bridge_model"])
+def test_sole_spheres_are_the_four_foot_spheres_per_foot(which, request):
+    m = request.getfixturevalue(which)
+    soles = M.sole_spheres(m)
+    assert soles.shape == (2, 4)
+    for foot, geoms in zip(g1.FOOT_BODIES, soles):
+        assert all(m.geom_bodyid[g] == m.body(foot).id and m.geom_type[g] == mujoco.mjtGeom.mjGEOM_SPHERE for g in geoms)
+    np.testing.assert_allclose(m.geom_size[soles, 0], 0.005)
+    # the training model's only colliding geoms besides the floor
+    if which == "train_model":
+        floor = m.geom("floor").id
+        assert soles.ravel().tolist() == [g for g in range(m.ngeom) if g != floor and m.geom_contype[g]]
+
+
 def test_stiffness_knob_sets_contact_timeconst():
     for name, tc in M.STIFFNESS_TIMECONST.items():
         m = M.build_training_model(M.TrainModelConfig(stiffness=name))

@@ -63,6 +63,8 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
+from robots import model as M
+
 # Effective mass of the stiffest foot-contact mode of the feet-only training model, calibrated so that
 # the stability criterion matches the robot's measured limit (module docstring); the contact-only value
 # 1 / lambda_max(J_n M^-1 J_n^T) at the home pose is 0.37 kg (effective_sphere_mass).
@@ -204,18 +206,11 @@ def step(m: mjx.Model, d: mjx.Data, sphere_geoms, p: ContactParams, qfrc_other=0
 
 
 # ---------------------------------------------------------------- model helpers (C MuJoCo, numpy)
-def foot_sphere_geoms(mj_model: mujoco.MjModel) -> np.ndarray:
-    """Geom ids of the foot spheres (class `foot` spheres of the G1 MJCF, on the ankle roll links)."""
-    feet = {mj_model.body(n).id for n in ("left_ankle_roll_link", "right_ankle_roll_link")}
-    return np.array([i for i in range(mj_model.ngeom)
-                     if mj_model.geom_type[i] == mujoco.mjtGeom.mjGEOM_SPHERE and mj_model.geom_bodyid[i] in feet])
-
-
 def disable_foot_contact(mj_model: mujoco.MjModel, sphere_geoms=None) -> mujoco.MjModel:
     """A copy of the model whose foot spheres collide with nothing (contype = conaffinity = 0), so
     MJX's native foot-floor contact does not add to the sigmoid contact. Other contacts stay."""
     out = copy.copy(mj_model)  # MjModel.__copy__ copies the C model
-    g = foot_sphere_geoms(mj_model) if sphere_geoms is None else np.asarray(sphere_geoms)
+    g = M.sole_spheres(mj_model).ravel() if sphere_geoms is None else np.asarray(sphere_geoms)
     out.geom_contype[g] = 0
     out.geom_conaffinity[g] = 0
     return out
@@ -224,7 +219,7 @@ def disable_foot_contact(mj_model: mujoco.MjModel, sphere_geoms=None) -> mujoco.
 def effective_sphere_mass(mj_model: mujoco.MjModel, sphere_geoms=None, qpos=None) -> float:
     """1 / lambda_max(J_n M^-1 J_n^T) (kg) over the spheres' normal rows at qpos (default: the home
     keyframe): the effective mass of the stiffest contact mode, the m of the stability criterion."""
-    g = foot_sphere_geoms(mj_model) if sphere_geoms is None else np.asarray(sphere_geoms)
+    g = M.sole_spheres(mj_model).ravel() if sphere_geoms is None else np.asarray(sphere_geoms)
     d = mujoco.MjData(mj_model)
     if qpos is None:
         mujoco.mj_resetDataKeyframe(mj_model, d, 0)

@@ -228,8 +228,7 @@ class G1Env:
 
             m = calibrated_model(m, cfg.calibration, cfg.mjcf)
         floor = m.geom("floor").id
-        self.sphere_geoms = np.array([i for i in range(m.ngeom) if i != floor and m.geom_contype[i]
-                                      and m.geom_type[i] == mujoco.mjtGeom.mjGEOM_SPHERE])
+        self.sphere_geoms = M.sole_spheres(m).ravel()
         self.sigmoid = cfg.contact == "sigmoid"
         if self.sigmoid:  # the JAX contact replaces MJX's foot-floor contact, never adds to it
             m = C.disable_foot_contact(m, self.sphere_geoms)
