@@ -107,6 +107,7 @@ class Scenario:
         self.batch = {"bcg_ours": jax.jit(jax.grad(lambda th, key, kp: ret(th, key, num_envs, kp, self.bcg["bcg_ours"]),
                                                    has_aux=True))}
         self.local = jax.jit(jax.vmap(local_grads, in_axes=(None, 0, None))) if local > 1 else None
+        self.start, self.policy = start, policy  # the scenario, for bench.step_jacobians
         self.theta = jnp.zeros(g1.NUM_MOTORS)
 
     def estimates(self, seed: int, kappa: float) -> dict:

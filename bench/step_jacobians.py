@@ -7,7 +7,9 @@ perturbed states. If stiff contact made some J_t huge (the seed's premise), plai
 there and a bundle's mean would be much smaller. This measures it on bench.gradients' landing scenario
 (the G1 dropped 0-10 mm onto the floor at 0.2-0.5 m/s, the same policy: fixed linear feedback, zero
 bias, action noise std 0.1), for the seed's sigmoid contact (k = 50 / 100 / 300 1/m, 300 Hz substep)
-and MJX's constraint contact (stiff: 10 ms time constant):
+and MJX's constraint contact (stiff: 10 ms time constant); and for the seed's impulse contact (soft, mixed,
+hard at kappa 300) on bench.gradients_touchdown's landing from flight (10-20 cm, touch-downs spread over the
+horizon), so that the touch-down step is a real flight -> contact switch:
 
   step_norm_*            spectral norm ||J_t||_2 per control step: median over the stance steps, the
                          touch-down step (the first with foot force), and the maximum over the horizon
@@ -34,7 +36,9 @@ import numpy as np
 from bench.gradients import Problem
 from train.bcg import BCGConfig, perturb_branches
 
-SETTINGS = (("sigmoid", "k50", 50.0), ("sigmoid", "k100", 100.0), ("sigmoid", "k300", 300.0), ("mjx", "stiff", None))
+SETTINGS = (("sigmoid", "k50", 50.0), ("sigmoid", "k100", 100.0), ("sigmoid", "k300", 300.0), ("mjx", "stiff", None),
+            ("impulse_soft", "k300", 300.0), ("impulse_mixed", "k300", 300.0), ("impulse_hard", "k300", 300.0))
+CONTACTS = ("sigmoid", "mjx", "impulse_soft", "impulse_mixed", "impulse_hard")
 CONTACT_N = 1.0  # N: a step "has contact" when any foot sphere carried more than this
 
 
@@ -42,10 +46,30 @@ def _norm(J) -> float:
     return float(np.linalg.norm(np.asarray(J, np.float64), 2))
 
 
+class TouchdownProblem:
+    """bench.gradients_touchdown's landing from flight (10-20 cm, touch-downs spread over the horizon) on the
+    impulse contact, as the (env, policy, theta, start(seed, kappa), settings) this measurement needs."""
+
+    def __init__(self, mode: str, horizon: int, envs: int):
+        from bench.gradients_touchdown import Scenario
+
+        sc = Scenario(mode, horizon, envs)
+        self.env, self.policy, self.theta, self.settings = sc.env, sc.policy, sc.theta, {}
+        self._start, self._envs = sc.start, envs
+
+    def start(self, seed: int, kappa: float):
+        return self._start(jax.random.PRNGKey(seed), self._envs, kappa)
+
+
 def measure(contact: str, settings: list[tuple[str, float | None]], horizon: int, envs: int, seed: int = 0) -> dict:
-    pb = Problem(envs, {}, horizon=horizon, contact=contact)
+    if contact.startswith("impulse_"):
+        pb = TouchdownProblem(contact.split("_", 1)[1], horizon, envs)
+    else:
+        pb = Problem(envs, {}, horizon=horizon, contact=contact)
     env, theta = pb.env, pb.theta
     cfg = BCGConfig()
+    # forward mode cannot pass the mixed impulse mode's custom VJP: reverse mode there (the same matrix)
+    jac = jax.jacrev if contact.startswith("impulse_") else jax.jacfwd
 
     def transition(x, state, action_key):
         nq = state.data.qpos.shape[-1]
@@ -58,9 +82,9 @@ def measure(contact: str, settings: list[tuple[str, float | None]], horizon: int
         return jnp.concatenate([s.data.qpos, s.data.qvel], -1)
 
     # per env: the Jacobian and the next state (one compile per contact model: the knob is EnvParams)
-    jac_step = jax.jit(jax.vmap(lambda x, s, k: (jax.jacfwd(lambda y: transition(y, s, k)[0])(x), transition(x, s, k)[1])))
+    jac_step = jax.jit(jax.vmap(lambda x, s, k: (jac(lambda y: transition(y, s, k)[0])(x), transition(x, s, k)[1])))
     branches = jax.jit(lambda s, k: perturb_branches(env, s, k, jnp.ones(2, bool), cfg))
-    jac_only = jax.jit(jax.vmap(lambda x, s, k: jax.jacfwd(lambda y: transition(y, s, k)[0])(x), in_axes=(0, 0, None)))
+    jac_only = jax.jit(jax.vmap(lambda x, s, k: jac(lambda y: transition(y, s, k)[0])(x), in_axes=(0, 0, None)))
     out = {}
     for name, value in settings:
         t0 = time.perf_counter()
@@ -124,17 +148,23 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--horizon", type=int, default=32)
     ap.add_argument("--envs", type=int, default=4)
-    ap.add_argument("--out", default="results/step_jacobians.json")
+    ap.add_argument("--contacts", nargs="+", default=list(CONTACTS), choices=CONTACTS,
+                    help="impulse_*: the landing from flight of bench.gradients_touchdown (kappa 300)")
+    ap.add_argument("--out", default="results/step_jacobians.json", help="settings already there for other contacts are kept")
     ns = ap.parse_args(argv)
     if ns.horizon < 1 or ns.envs < 1:
         ap.error("--horizon and --envs must be >= 1")
     t0 = time.perf_counter()
+    old = json.loads(Path(ns.out).read_text()) if Path(ns.out).is_file() else {}
+    if old and (old.get("horizon"), old.get("envs")) != (ns.horizon, ns.envs):
+        old = {}  # rows of another size are not comparable: start afresh
     res = {"horizon": ns.horizon, "envs": ns.envs, "bcg": {"branches": BCGConfig().branches, "sigma_p": BCGConfig().sigma_p,
-                                                           "sigma_v": BCGConfig().sigma_v}, "settings": {}}
-    for contact in ("sigmoid", "mjx"):
+                                                           "sigma_v": BCGConfig().sigma_v},
+           "settings": dict(old.get("settings", {}))}
+    for contact in ns.contacts:
         sets = [(n, v) for c, n, v in SETTINGS if c == contact]
         res["settings"].update({f"{contact}_{k}": v for k, v in measure(contact, sets, ns.horizon, ns.envs).items()})
-    res["wall_s"] = time.perf_counter() - t0
+    res["wall_s"] = time.perf_counter() - t0  # this run's; each setting's own is in its row
     Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
     Path(ns.out).write_text(json.dumps(res, indent=2) + "\n")
     print(f"wrote {ns.out}")
@@ -142,7 +172,9 @@ def main(argv=None) -> int:
 
 
 def _setting_label(name: str) -> str:
-    contact, k = name.split("_", 1)
+    contact, k = name.rsplit("_", 1)
+    if contact.startswith("impulse_"):
+        return f"impulse {contact.split('_', 1)[1]}, kappa {k[1:]} (landing from flight)"
     return f"sigmoid k = {k[1:]}" if contact == "sigmoid" else f"MJX constraint ({k}, solref 0.01 s)"
 
 
