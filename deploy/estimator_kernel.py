@@ -20,20 +20,10 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-import numba
 import numpy as np
 
+from robots.compiled import njit
 from robots.physics import GRAVITY
-
-
-def _jit(fn):
-    """numba.njit with the on-disk cache where a cache directory is writable (the package's __pycache__, else
-    numba's user-wide cache); compiled in memory where none is (a read-only install): numba refuses cache=True
-    at decoration then."""
-    try:
-        return numba.njit(cache=True)(fn)
-    except RuntimeError:
-        return numba.njit(fn)
 
 
 # cfg indices
@@ -106,7 +96,7 @@ def views(buf: np.ndarray) -> Views:
 # ---------------------------------------------------------------------- small pieces
 
 
-@_jit
+@njit
 def quat_rows(w, x, y, z, R):
     """R (3, 3) = the rotation matrix of a unit quaternion."""
     R[0, 0], R[0, 1], R[0, 2] = 1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)
@@ -114,7 +104,7 @@ def quat_rows(w, x, y, z, R):
     R[2, 0], R[2, 1], R[2, 2] = 2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)
 
 
-@_jit
+@njit
 def pelvis_rot(R_imu, imu_rot, identity, R):
     """R = R_imu imu_rot^T (the pelvis axes in the world)."""
     if identity:
@@ -125,7 +115,7 @@ def pelvis_rot(R_imu, imu_rot, identity, R):
             R[i, j] = R_imu[i, 0] * imu_rot[j, 0] + R_imu[i, 1] * imu_rot[j, 1] + R_imu[i, 2] * imu_rot[j, 2]
 
 
-@_jit
+@njit
 def solve(A, B):
     """A^-1 B (A (m, m), B (m, n)) by Gaussian elimination with partial pivoting, on copies."""
     m, n = B.shape
@@ -158,7 +148,7 @@ def solve(A, B):
     return X
 
 
-@_jit
+@njit
 def kf_update(x, P, plus, minus, innov, Rm):
     """Kalman update with a selection measurement: row r of H is +1 at column plus[r] and -1 at minus[r]
     (none where minus[r] < 0); innov = z - H x, Rm its noise. x and P in place, P symmetrised."""
@@ -196,7 +186,7 @@ def kf_update(x, P, plus, minus, innov, Rm):
             P[j, k] = v
 
 
-@_jit
+@njit
 def contact_points(geom_xpos, sole_geom, R, imu_pos, sharp, sr, lowest, cpt, w):
     """Per foot: the lowest sole point's world z relative to the IMU point (lowest), the contact point in the
     pelvis frame (cpt) and its weights over the sole spheres (w): a soft-min over the spheres, the sole centre
@@ -226,7 +216,7 @@ def contact_points(geom_xpos, sole_geom, R, imu_pos, sharp, sr, lowest, cpt, w):
         lowest[i] = zmin - sr
 
 
-@_jit
+@njit
 def output(out, x, R, u, qn, omega, force, imu_rot, imu_pos, identity):
     """The estimate: the unit quaternion, the IMU-frame gyro, the pelvis origin's velocity (pelvis and world
     axes: v_pelvis = v_imu + w x (-R r_imu)) and position, the foot forces."""
@@ -248,7 +238,7 @@ def output(out, x, R, u, qn, omega, force, imu_rot, imu_pos, identity):
     out[O_FORCE], out[O_FORCE + 1] = force[0], force[1]
 
 
-@_jit
+@njit
 def foot_force(G, u, R, force):
     """Vertical ground force on each foot (N, world z) from the leg joint torques: static balance
     tau + J^T W = 0 over the six leg joints (leg weight ignored), W = -J^-T tau damped against the straight-knee
@@ -274,7 +264,7 @@ def foot_force(G, u, R, force):
         force[i] = w0 * R[2, 0] + w1 * R[2, 1] + w2 * R[2, 2]
 
 
-@_jit
+@njit
 def quad3(S, v):
     """v^T S^-1 v for a symmetric positive definite 3x3 S (adjugate); inf when S is not positive definite."""
     a, b, c, d, e, f = S[0, 0], S[0, 1], S[0, 2], S[1, 1], S[1, 2], S[2, 2]
@@ -290,7 +280,7 @@ def quad3(S, v):
 # ---------------------------------------------------------------------- reset and one tick
 
 
-@_jit
+@njit
 def _reset(x, P, w, st, out, cfg, t, u, qn, imu_rot, imu_pos, identity, geom_xpos, sole_geom):
     R_imu, R = np.empty((3, 3)), np.empty((3, 3))
     quat_rows(u[0] / qn, u[1] / qn, u[2] / qn, u[3] / qn, R_imu)
@@ -316,7 +306,7 @@ def _reset(x, P, w, st, out, cfg, t, u, qn, imu_rot, imu_pos, identity, geom_xpo
     output(out, x, R, u, qn, np.zeros(3), np.full(2, math.nan), imu_rot, imu_pos, identity)
 
 
-@_jit
+@njit
 def _tick(x, P, w_prev, st, out, cfg, t, dt, u, qn, joints_ok, has_tau, imu_rot, imu_pos, identity,
           site_xpos, xaxis, xanchor, geom_xpos, foot_site, leg_jnt, sole_geom):
     # --- the IMU sample: unit quaternion, bias-corrected rates and specific force (IMU frame)
@@ -547,7 +537,7 @@ def _tick(x, P, w_prev, st, out, cfg, t, dt, u, qn, joints_ok, has_tau, imu_rot,
 # ---------------------------------------------------------------------- entry points (the buffers unpacked)
 
 
-@_jit
+@njit
 def _unpack(buf, ibuf):
     n = ibuf[0]
     return (buf[B_X:B_X + NX], buf[B_P:B_P + NX * NX].reshape((NX, NX)), buf[B_W:B_W + 2 * n].reshape((2, n)),
@@ -556,14 +546,14 @@ def _unpack(buf, ibuf):
             ibuf[1:3], ibuf[3:15].reshape((2, 6)), ibuf[15:15 + 2 * n].reshape((2, n)))
 
 
-@_jit
+@njit
 def reset(buf, ibuf, geom_xpos, t, qn):
     """At rest with the lower foot on the ground at height 0 (mj_kinematics already run at the sample's q)."""
     x, P, w, st, out, cfg, u, imu_rot, imu_pos, identity, _, _, sole_geom = _unpack(buf, ibuf)
     _reset(x, P, w, st, out, cfg, t, u, qn, imu_rot, imu_pos, identity, geom_xpos, sole_geom)
 
 
-@_jit
+@njit
 def tick(buf, ibuf, site_xpos, xaxis, xanchor, geom_xpos, t, dt, qn, joints_ok, has_tau):
     """One update on a good IMU sample (mj_kinematics already run at q when joints_ok). Returns the contact per
     foot and the base height."""

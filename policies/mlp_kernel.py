@@ -32,21 +32,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numba
 import numpy as np
+
+from robots.compiled import njit
+
+
+_FAST = {"reassoc", "contract"}  # fastmath for the vectorised sums: reassociate and contract; NaN and inf kept
 
 
 class Unsupported(Exception):
     """The graph is outside what `lower` compiles; str(e) is the one-line reason."""
-
-
-def _jit(fn):
-    """numba.njit with the on-disk cache where a cache directory is writable, in memory where not (as
-    deploy/estimator_kernel.py)."""
-    try:
-        return numba.njit(cache=True)(fn)
-    except RuntimeError:
-        return numba.njit(fn)
 
 
 # program row columns
@@ -62,7 +57,7 @@ REDUCE_CODES = {"ReduceSum": 0, "ReduceMean": 1, "ReduceSumSquare": 2, "ReduceMa
 COMPARE = {"Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Equal", "And", "Or", "Not"}
 
 
-@_jit
+@njit
 def _un(code, x, alpha):
     if code == 0:
         return x
@@ -116,7 +111,7 @@ def _un(code, x, alpha):
     return math.nan
 
 
-@_jit
+@njit
 def _bin(code, x, y):
     if code == 0:
         return x + y
@@ -157,15 +152,7 @@ def _bin(code, x, y):
     return math.nan
 
 
-def _jit_fast(fn):
-    """_jit, allowed to reassociate and contract float arithmetic (vectorised sums; NaN and inf kept)."""
-    try:
-        return numba.njit(cache=True, fastmath={"reassoc", "contract"})(fn)
-    except RuntimeError:
-        return numba.njit(fastmath={"reassoc", "contract"})(fn)
-
-
-@_jit_fast
+@njit(fastmath=_FAST)
 def _gemm(fa, acc, a, w, k, n):
     """acc[j] = sum_k fa[a + k] * W[j, k], W (n, k) row-major at fa[w]; in float64."""
     x = fa[a:a + k]
@@ -176,7 +163,7 @@ def _gemm(fa, acc, a, w, k, n):
             s += np.float64(x[kk]) * np.float64(wr[kk])
         acc[j] = s
 
-@_jit
+@njit
 def _arith(fa, code, out, n, a, sa, b, sb):
     """fa[out + i] = fa[a + i sa] (+ - * /)[code] fa[b + i sb] in float32, a loop per case (vectorised)."""
     if sa == 1 and sb == 1:
@@ -225,7 +212,7 @@ def _arith(fa, code, out, n, a, sa, b, sb):
             fa[out + i] = _bin(code, np.float64(fa[a + i * sa]), np.float64(fa[b + i * sb]))
 
 
-@_jit_fast
+@njit(fastmath=_FAST)
 def _sum(fa, a, n, square):
     x = fa[a:a + n]
     s = 0.0
@@ -238,7 +225,7 @@ def _sum(fa, a, n, square):
     return s
 
 
-@_jit
+@njit
 def run_program(prog, fa, ia, acc):
     """Runs the rows of `prog` in order on the arena `fa` (float32); ia: index tables; acc: float64 scratch."""
     for r in range(prog.shape[0]):
@@ -762,7 +749,7 @@ STAGE_FIELDS = {"gyro": ST_GYRO, "quat": ST_PG, "q": ST_Q, "dq": ST_DQ, "last_ac
 MT_NSTATE, MT_OFFSET, MT_SCALE, MT_DEFAULT, MT_ACTION, MT_TARGET, MT_OBS, MT_OUT, MT_NACT, MT_SRC = range(10)
 
 
-@_jit
+@njit
 def native_tick(f64, meta, table, step, action_scale, prog, fa, ia, acc):
     """ObservationBuffer.fill (the same IEEE operations: projected_gravity_scalar, (v - offset) * scale in
     float64 rounded to float32, the step row of `table`), run_program, then target = default_q +

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
+
+from robots.compiled import njit
 
 NM = 29
 U_Q, U_DQ, U_PROP, U_PREV, U_QUAT, U_N = 0, NM, 2 * NM, 3 * NM, 4 * NM, 4 * NM + 4
@@ -23,25 +24,17 @@ L_QMIN, L_QMAX, L_STEP_LO, L_STEP_HI, L_TAU_LO, L_TAU_HI, L_KP, L_KD, L_N = rang
 OK, SLOW = 0, 1  # SLOW: not the usual case (a trip, or a non-finite previous target): ask checked_command
 
 
-def _jit(fn):
-    """numba.njit with the on-disk cache where writable, in memory where not (deploy/estimator_kernel.py)."""
-    try:
-        return numba.njit(cache=True)(fn)
-    except RuntimeError:
-        return numba.njit(fn)
-
-
-@_jit
+@njit
 def _max(a, b):  # np.maximum on finite values: a >= b ? a : b
     return a if a >= b else b
 
 
-@_jit
+@njit
 def _min(a, b):  # np.minimum on finite values: a <= b ? a : b
     return a if a <= b else b
 
 
-@_jit
+@njit
 def safety_tick(u, lim, tilt_max, check_tilt, out):
     """OK with out = the safe target, or SLOW (non-finite state, zero-norm or tilted quaternion, non-finite
     proposal or previous target: the monitor asks checked_command what to do)."""
