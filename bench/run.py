@@ -7,13 +7,14 @@ JSON-serialisable values whose keys are unique across modules.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import importlib
 import json
 import sys
 import time
 import traceback
 from pathlib import Path
+
+from robots.run_files import stamped_dir
 
 MODULES: tuple[str, ...] = (
     "bench.host_stalls",
@@ -53,9 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] {name}: {time.perf_counter() - t0:.1f} s", flush=True)
         for k, v in out.items():
             print(f"    {k:48s} {v:.4g}" if isinstance(v, float) else f"    {k:48s} {v}")
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out_dir = Path(ns.out) / stamp
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = stamped_dir(ns.out, exist_ok=True)
     path = out_dir / "bench.json"
     path.write_text(json.dumps(results, indent=1, sort_keys=True, default=float))
     print(f"[bench] wrote {path}")

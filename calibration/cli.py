@@ -15,7 +15,6 @@ Exit codes: 0 all routines fitted; 3 YAML written but some routine refused (see 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import shlex
 import sys
@@ -28,6 +27,7 @@ from robots import calibration as calib_file
 from calibration.excitation import ALL_GROUPS
 from calibration.routines import Plan, analyse, record
 from calibration.runlog import CalibrationError
+from robots.run_files import stamped_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RUNS_DIR = REPO_ROOT / "runs" / "calibration"
@@ -113,9 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.net_if = args.net_if or "lo"
         lockstep = not args.realtime
 
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = Path(args.runs_root) / stamp
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = stamped_dir(args.runs_root, exist_ok=True)
     yaml_path = Path(args.out) if args.out else calib_file.path_for(robot_id)
     bridge_args = []
     bridge_ctx = None

@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from robots import g1
+from robots.run_files import json_default
 
 
 class State(NamedTuple):
@@ -124,7 +125,7 @@ class RunLog:
         path.parent.mkdir(parents=True, exist_ok=True)
         arrays = {f"s_{k}": v for k, v in self.states.items()}
         arrays.update({f"c_{k}": v for k, v in self.cmds.items()})
-        np.savez_compressed(path, name=self.name, meta=json.dumps(self.meta, default=_jsonable), **arrays)
+        np.savez_compressed(path, name=self.name, meta=json.dumps(self.meta, default=json_default), **arrays)
         return path
 
     @classmethod
@@ -133,11 +134,3 @@ class RunLog:
             st = {k[2:]: z[k] for k in z.files if k.startswith("s_")}
             cm = {k[2:]: z[k] for k in z.files if k.startswith("c_")}
             return cls(str(z["name"]), st, cm, json.loads(str(z["meta"])))
-
-
-def _jsonable(x):
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if isinstance(x, np.generic):
-        return x.item()
-    return str(x)

@@ -27,25 +27,13 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 
 from robots import g1
 from robots.calibration import NOMINAL, PARAMS, ROBOT, SCHEMA_VERSION, dr_centre, load
-
-def _plain(x: Any) -> Any:
-    if isinstance(x, Mapping):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _plain(x.tolist())
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, Path):
-        return str(x)
-    return x
+from robots.run_files import jsonable
 
 
 def write(calib: Mapping, path: str | os.PathLike) -> Path:
@@ -54,7 +42,7 @@ def write(calib: Mapping, path: str | os.PathLike) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     body = {"schema_version": SCHEMA_VERSION, "robot": ROBOT,
-            "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), **_plain(dict(calib))}
+            "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), **jsonable(dict(calib))}
     tmp = path.with_suffix(".yaml.tmp")
     tmp.write_text("# written by `make calibrate` (calibration/cli.py); format: robots/calibration.py\n"
                    + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=120))

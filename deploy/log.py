@@ -21,7 +21,6 @@ robot does not need; MCAP is a chunked container whose torn tail loses only the 
 """
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import queue
 import struct
@@ -33,6 +32,7 @@ import numpy as np
 
 from robots import g1
 from robots.physics import upright_cos
+from robots.run_files import json_default, stamped_dir
 
 RUNS_DIR = Path(__file__).resolve().parent.parent / "runs" / "deploy"
 LOG_FILE = "log.mcap"
@@ -46,11 +46,7 @@ EVENT_SCHEMA = {"type": "object", "properties": {"time": {"type": "number"}, "ki
 
 
 def new_run_dir(root: Path | str | None = None) -> Path:
-    root = Path(root) if root is not None else RUNS_DIR
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-    d = root / stamp
-    d.mkdir(parents=True, exist_ok=False)
-    return d
+    return stamped_dir(root if root is not None else RUNS_DIR, precise=True)
 
 
 class Columns:
@@ -258,7 +254,7 @@ class StreamLog:
     def _write(self, name: str, buf, views, n: int) -> None:
         cid, seq = self._ids[name], self._seq[name]
         if name == "events":
-            data = json.dumps(buf, default=_json_default).encode()
+            data = json.dumps(buf, default=json_default).encode()
             t_ns = np.array([self.base_ns + int(float(buf.get("time", 0.0)) * 1e9)], np.int64)
             self._w.chunk(cid, seq, t_ns, np.frombuffer(data, dtype=f"V{len(data)}"))
             self._seq[name] = seq + 1
@@ -363,15 +359,7 @@ def pct(x, p) -> float | None:
 
 
 def write_json(path: Path, obj) -> None:
-    path.write_text(json.dumps(obj, indent=2, default=_json_default) + "\n")
-
-
-def _json_default(o):
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    return str(o)
+    path.write_text(json.dumps(obj, indent=2, default=json_default) + "\n")
 
 
 def plot_run(path: Path, ticks, state_names: list[str], joint_idx=(0, 3, 4, 6, 9, 10, 12, 15)) -> Path | None:

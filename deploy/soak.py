@@ -24,7 +24,6 @@ Ctrl-C (SIGINT) ends a soak early: the loop damps and writes its summary, and so
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import signal
@@ -39,6 +38,7 @@ import numpy as np
 from comm import dds
 from deploy.log import read_log
 from robots import g1
+from robots.run_files import stamped_dir
 
 REPO = Path(__file__).resolve().parents[1]
 SOAK_DIR = REPO / "runs" / "soak"
@@ -163,8 +163,7 @@ def run(minutes: float, motion: str = "stand", push_every_s: float = 15.0, push_
     from policies.artifact import load_artifact
 
     domain = int(domain if domain is not None else 100 + (os.getpid() + 30) % 116)
-    out_dir = Path(out_root or SOAK_DIR) / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out_dir.mkdir(parents=True, exist_ok=False)
+    out_dir = stamped_dir(out_root or SOAK_DIR)
     policy_dir = REPO / "policies" / "g1" / motion
     motion_s = load_artifact(policy_dir).spec.motion.duration
     run_s = minutes * 60.0

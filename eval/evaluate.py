@@ -8,7 +8,6 @@ pelvis_apex_rise_m {mean, min}, forward_displacement_m {mean, min, max}, peak_to
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import json
 import math
 import sys
@@ -27,6 +26,7 @@ from motions import MotionError, load_motion
 from policies import artifact as A
 from policies.runtime import PolicyRuntime
 from robots.physics import FALL_HEIGHT_M, FALL_TILT_RAD
+from robots.run_files import jsonable, stamped_dir
 
 
 def resolve_artifact(motion: str, root: Path | None = None) -> A.Artifact:
@@ -67,8 +67,7 @@ def evaluate(motion: str, cfg: EvalConfig = EvalConfig(), artifact_root: Path | 
     ref_key = reference_key_positions(sim, np.asarray(art.ref_q, float), base)
     flights = ref_motion.flight_windows if ref_motion is not None else ()
     runtime = PolicyRuntime(art, hold_blend_s=cfg.hold_blend_s)
-    out = Path(out_root) / motion / _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-    out.mkdir(parents=True, exist_ok=True)
+    out = stamped_dir(Path(out_root) / motion, precise=True, exist_ok=True)
     quat = getattr(ref_motion, "ref_base_quat", None) if ref_motion is not None else None
     renderer = open_video(sim, cfg.video_size, np.asarray(art.ref_q, float), base, quat) if cfg.video else None
     results, t_eps = [], []
@@ -113,8 +112,8 @@ def evaluate(motion: str, cfg: EvalConfig = EvalConfig(), artifact_root: Path | 
         **motion_stats(results),
         "seconds_per_episode": float(np.mean(t_eps)) if t_eps else None,
         # the fall criterion is robots.physics' one (not configurable here); recorded beside the settings
-        "config": report.jsonable({**dataclasses.asdict(cfg), "fall_height_m": FALL_HEIGHT_M,
-                                   "fall_tilt_deg": math.degrees(FALL_TILT_RAD)}),
+        "config": jsonable({**dataclasses.asdict(cfg), "fall_height_m": FALL_HEIGHT_M,
+                            "fall_tilt_deg": math.degrees(FALL_TILT_RAD)}, finite=True),
         "definitions": report.definitions(cfg.flight_margin_s),
         "plot": str(plot),
         "video": str(video) if video else None,
@@ -123,5 +122,5 @@ def evaluate(motion: str, cfg: EvalConfig = EvalConfig(), artifact_root: Path | 
     }
     if bridge is not None:  # not the nominal bridge: which model (eval.bridge_setup)
         summary["bridge"] = bridge.record()
-    (out / "eval.json").write_text(json.dumps(report.jsonable(summary), indent=2))
+    (out / "eval.json").write_text(json.dumps(jsonable(summary, finite=True), indent=2))
     return summary, out

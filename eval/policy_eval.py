@@ -15,14 +15,12 @@ episodes of the per-episode figures), policy (format, kind, source), config, per
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import json
 import math
 from pathlib import Path
 
 import numpy as np
 
-from eval import report
 from eval.config import EVAL_ROOT, EvalConfig, EvalError
 from eval.episode import STOOD_HEIGHT_TOL_M, STOOD_SPEED_MPS, STOOD_TILT_DEG, draw_pushes
 from eval.sim import EvalSim
@@ -32,6 +30,7 @@ from policies.runtime import PolicyRuntime
 from policies.tracking import tracking_summary
 from robots import g1
 from robots.physics import FALL_HEIGHT_M, FALL_TILT_RAD, fallen, pd_torque, tilt_angle
+from robots.run_files import jsonable, stamped_dir
 
 VELOCITY_RUN_S = 10.0
 TRACK_KEYS = ("joint_rms_rad", "joint_rms_worst_s_rad", "anchor_ori_err_rad", "anchor_ori_err_worst_s_rad")
@@ -118,8 +117,7 @@ def evaluate_policy(policy: str | Path, cfg: EvalConfig = EvalConfig(), out_root
         raise EvalError(str(e)) from e
     sim = EvalSim(bridge)
     name = art.spec.motion.name
-    out = Path(out_root) / name / _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-    out.mkdir(parents=True, exist_ok=True)
+    out = stamped_dir(Path(out_root) / name, precise=True, exist_ok=True)
     eps = [run_policy_episode(sim, runtime, cfg, ep) for ep in range(cfg.episodes)]
     trk = [e["tracking"] for e in eps if e["tracking"]]
     summary = {
@@ -131,13 +129,13 @@ def evaluate_policy(policy: str | Path, cfg: EvalConfig = EvalConfig(), out_root
         "policy_s": float(np.mean([e["policy_s"] for e in eps])) if eps else None,
         "tracking": {k: (float(np.mean([t[k] for t in trk])) if trk[0].get(k) is not None else None)
                      for k in TRACK_KEYS} if trk else None,
-        "config": report.jsonable({**dataclasses.asdict(cfg), "fall_height_m": FALL_HEIGHT_M,
-                                   "fall_tilt_deg": math.degrees(FALL_TILT_RAD)}),
+        "config": jsonable({**dataclasses.asdict(cfg), "fall_height_m": FALL_HEIGHT_M,
+                            "fall_tilt_deg": math.degrees(FALL_TILT_RAD)}, finite=True),
         "per_episode": eps,
     }
     if bridge is not None:
         summary["bridge"] = bridge.record()
-    (out / "eval.json").write_text(json.dumps(report.jsonable(summary), indent=2))
+    (out / "eval.json").write_text(json.dumps(jsonable(summary, finite=True), indent=2))
     return summary, out
 
 

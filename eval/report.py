@@ -35,18 +35,6 @@ def definitions(flight_margin_s: float) -> dict:
     }
 
 
-def jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, (np.floating, np.integer, np.bool_)):
-        return x.item()
-    if isinstance(x, float) and not np.isfinite(x):
-        return None
-    return x
-
-
 def plot(results, art, ref_motion, path: Path) -> Path:
     import matplotlib
 

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from robots.run_files import jsonable
+
 FORMAT = "g1-bcg-checkpoint-v1"
 
 
@@ -108,8 +110,8 @@ def save_checkpoint(path: str | os.PathLike, params: Any, obs_norm: Any, step: i
     mean, var = norm_arrays(obs_norm)
     count = getattr(obs_norm, "count", None) if not isinstance(obs_norm, dict) else obs_norm.get("count")
     arrays = {"format": np.asarray(FORMAT), "step": np.asarray(int(step)),
-              "metrics_json": np.asarray(json.dumps(_jsonable(metrics or {}))),
-              "meta_json": np.asarray(json.dumps(_jsonable(meta or {}))),
+              "metrics_json": np.asarray(json.dumps(jsonable(metrics or {}))),
+              "meta_json": np.asarray(json.dumps(jsonable(meta or {}))),
               "obs_norm/mean": np.asarray(mean, np.float32), "obs_norm/var": np.asarray(var, np.float32),
               "obs_norm/count": np.asarray(count if count is not None else np.nan, np.float64)}
     arrays.update(flatten("params", params))
@@ -178,17 +180,3 @@ def load_checkpoint(path: str | os.PathLike, params_template: Any = None, extra_
     return Checkpoint(params=params, obs_norm=norm, step=int(entries["step"]),
                       metrics=json.loads(str(entries["metrics_json"])), meta=json.loads(str(entries["meta_json"])),
                       extra=extra, path=path)
-
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if dataclasses.is_dataclass(x):
-        return _jsonable(dataclasses.asdict(x))
-    if hasattr(x, "item") and np.ndim(x) == 0:
-        return x.item()
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    return x

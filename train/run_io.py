@@ -3,19 +3,19 @@ train/config.py's save_config)."""
 from __future__ import annotations
 
 import csv
-import datetime as _dt
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 
+from robots.run_files import stamped_dir
+
 RUNS_ROOT = Path(__file__).resolve().parent.parent / "runs"
 
 
 def new_run_dir(motion: str, root: Path = RUNS_ROOT, tag: str = "") -> Path:
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    d = root / motion / (stamp + (f"-{tag}" if tag else ""))
-    (d / "checkpoints").mkdir(parents=True, exist_ok=False)
+    d = stamped_dir(Path(root) / motion, tag=tag, exist_ok=True)
+    (d / "checkpoints").mkdir(exist_ok=False)
     return d
 
 
