@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from policies.observation import projected_gravity_scalar
 from robots.compiled import njit
 
 
@@ -747,6 +748,8 @@ ST_GYRO, ST_QUAT, ST_Q, ST_DQ, ST_LAST, ST_V, ST_H, ST_PG, ST_N = 0, 3, 7, 36, 6
 STAGE_FIELDS = {"gyro": ST_GYRO, "quat": ST_PG, "q": ST_Q, "dq": ST_DQ, "last_action": ST_LAST,
                 "base_lin_vel": ST_V, "base_height": ST_H}
 MT_NSTATE, MT_OFFSET, MT_SCALE, MT_DEFAULT, MT_ACTION, MT_TARGET, MT_OBS, MT_OUT, MT_NACT, MT_SRC = range(10)
+# the Python tick's scalar projected gravity, compiled (the same source, so the same IEEE operations)
+projected_gravity = njit(projected_gravity_scalar)
 
 
 @njit
@@ -754,14 +757,8 @@ def native_tick(f64, meta, table, step, action_scale, prog, fa, ia, acc):
     """ObservationBuffer.fill (the same IEEE operations: projected_gravity_scalar, (v - offset) * scale in
     float64 rounded to float32, the step row of `table`), run_program, then target = default_q +
     action_scale * action (policies.action). Returns 0."""
-    w, x, y, z = f64[ST_QUAT], f64[ST_QUAT + 1], f64[ST_QUAT + 2], f64[ST_QUAT + 3]
-    g0, g1_, g2 = 0.0, 0.0, -1.0
-    t0 = 2.0 * (y * g2 - z * g1_)
-    t1 = 2.0 * (z * g0 - x * g2)
-    t2 = 2.0 * (x * g1_ - y * g0)
-    f64[ST_PG] = g0 - w * t0 + (y * t2 - z * t1)
-    f64[ST_PG + 1] = g1_ - w * t1 + (z * t0 - x * t2)
-    f64[ST_PG + 2] = g2 - w * t2 + (x * t1 - y * t0)
+    f64[ST_PG], f64[ST_PG + 1], f64[ST_PG + 2] = projected_gravity(
+        f64[ST_QUAT], f64[ST_QUAT + 1], f64[ST_QUAT + 2], f64[ST_QUAT + 3])
     n_state, off, sc, obs = meta[MT_NSTATE], meta[MT_OFFSET], meta[MT_SCALE], meta[MT_OBS]
     for j in range(n_state):
         v = f64[meta[MT_SRC + j]] - f64[off + j]
