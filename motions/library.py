@@ -1,7 +1,8 @@
 """The motion library: find, load and summarise motions.
 
-Motion files are `<name>.yaml` (keyframes) or imported clips `<name>.npz` / `<name>.csv`
-(motions.clips) in this package's directory, or in $G1_MOTIONS_DIR when it is set, or in an
+Motion files are `<name>.yaml` (keyframes), imported clips `<name>.npz` / `<name>.csv` (motions.clips) or
+clip sources `<name>.source.yaml` (a window of a published file built on first use, motions.sources) in this
+package's directory, or in $G1_MOTIONS_DIR when it is set, or in an
 explicit `root`; a path to any of these loads too. Loading is cached on (resolved path, mtime,
 dt), so an edited file is re-read and a loaded Motion is shared (its arrays are read-only).
 """
@@ -18,12 +19,21 @@ from motions.clip_files import CLIP_SUFFIXES
 from motions.motion import Motion, MotionError
 from motions.reference import build_motion
 from motions.schema import parse_motion
+from motions.sources import SOURCE_SUFFIX
 from robots import g1
 from robots.physics import GRAVITY
 
 MOTIONS_DIR = Path(__file__).resolve().parent
 MOTIONS_ENV_VAR = "G1_MOTIONS_DIR"
-MOTION_SUFFIXES = (".yaml",) + CLIP_SUFFIXES  # searched in this order for a name
+MOTION_SUFFIXES = (SOURCE_SUFFIX, ".yaml") + CLIP_SUFFIXES  # searched in this order for a name
+
+
+def _motion_name(p: Path) -> str | None:
+    """The motion name of a file in a motions folder (None: not a motion file)."""
+    for suffix in MOTION_SUFFIXES:
+        if p.name.endswith(suffix):
+            return p.name[: -len(suffix)]
+    return None
 
 
 def motions_dir() -> Path:
@@ -34,7 +44,7 @@ def available_motions(root: str | os.PathLike | None = None) -> list[str]:
     root = Path(root) if root else motions_dir()
     if not root.is_dir():
         return []
-    return sorted({p.stem for p in root.iterdir() if p.suffix in MOTION_SUFFIXES and p.is_file()})
+    return sorted({n for p in root.iterdir() if p.is_file() and (n := _motion_name(p))})
 
 
 def motion_path(name: str, root: str | os.PathLike | None = None) -> Path:
@@ -44,12 +54,17 @@ def motion_path(name: str, root: str | os.PathLike | None = None) -> Path:
         if p.is_file():
             return p
     raise MotionError(f"unknown motion {name!r}; available motions: {available_motions(root)} "
-                      f"(.yaml keyframes or .npz/.csv clips in {root}; or pass a path to such a file)")
+                      f"(.yaml keyframes, .npz/.csv clips or .source.yaml clip sources in {root}; or pass a path "
+                      "to such a file)")
 
 
 def load_motion_file(path: str | os.PathLike, dt: float = g1.CONTROL_DT) -> Motion:
     """The motion in the YAML or clip file `path` (uncached); any problem is a MotionError naming the file."""
     path = Path(path)
+    if path.name.endswith(SOURCE_SUFFIX):
+        from motions.sources import load_source
+
+        return load_source(path, dt)
     if path.suffix in CLIP_SUFFIXES:
         from motions.clips import load_clip
 

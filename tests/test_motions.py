@@ -12,7 +12,10 @@ from robots import g1
 from robots import model as RM
 from robots.physics import GRAVITY
 
-ALL = M.available_motions()
+# mocap clips that start and end mid-motion, not standing (and `dance` is built from a download): their checks
+# are tests/test_motion_windows.py's
+TRACKING_CLIPS = ("dance", "box_lift")
+ALL = [n for n in M.available_motions() if n not in TRACKING_CLIPS]
 G = GRAVITY
 
 

