@@ -95,13 +95,11 @@ def test_committed_run_config_reads_as_the_cpu_preset():
 
 
 def test_legacy_mapping_refuses_an_inconsistent_old_run():
-    from train.config_legacy import from_legacy
-
     old = {"motion": "hop", "algo": "bcg", "env": {"action_scale": 0.5}, "actor": {"action_scale": 0.25}}
     with pytest.raises(ValueError, match="actor.action_scale"):
-        from_legacy(old)
+        C.from_legacy(old)
     with pytest.raises(ValueError, match="fall criterion"):
-        from_legacy({"motion": "hop", "env": {"max_tilt": 0.8}})
+        C.from_legacy({"motion": "hop", "env": {"max_tilt": 0.8}})
 
 
 def test_the_jump_recipe_is_what_trained_the_committed_jump():

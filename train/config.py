@@ -17,7 +17,7 @@ Invariants:
 - Presets are TrainConfig instances; `preset` names the one a config started from.
 - config.yaml holds `to_dict()` (`config_version: 2`, derived fields left out). Files of the
   earlier layout (no config_version: the committed policies/g1/hop/training/config.yaml) are
-  read through `train.config_legacy.from_legacy`, an explicit mapping.
+  read through `from_legacy`, an explicit mapping.
 """
 from __future__ import annotations
 
@@ -28,10 +28,11 @@ from typing import Any, Mapping
 import pydantic
 import yaml
 
+from robots import physics as P
 from train import domain_rand as DR
 from train.bcg import BCGConfig
 from train.env import EnvConfig
-from train.networks import ActorConfig
+from train.networks import OBS_CLIP, ActorConfig
 from train.shac import SHACConfig
 
 CONFIG_VERSION = 2
@@ -117,6 +118,8 @@ def _derive_actor(actor: Mapping[str, Any], env: EnvConfig) -> ActorConfig:
 
 
 def _plain(x: Any) -> Any:
+    if dataclasses.is_dataclass(x):  # a nested settings section (env.tracking)
+        return {f.name: _plain(getattr(x, f.name)) for f in dataclasses.fields(x)}
     if isinstance(x, (list, tuple)):
         return [_plain(v) for v in x]
     return x
@@ -145,7 +148,7 @@ def from_dict(d: Mapping[str, Any]) -> TrainConfig:
     missing fields come from the named preset (or the class defaults for preset "custom")."""
     d = dict(d)
     if d.pop("config_version", None) != CONFIG_VERSION:
-        raise ValueError(f"not a config_version {CONFIG_VERSION} training config (older files: train.config_legacy)")
+        raise ValueError(f"not a config_version {CONFIG_VERSION} training config (older files: train.config.from_legacy)")
     _check_keys(d, list(_TOP_FIELDS) + list(SECTIONS), "training config")
     base = PRESETS.get(d.get("preset", "custom"), TrainConfig()).to_dict()
     for sec, cls in SECTIONS.items():
@@ -182,13 +185,68 @@ def save_config(run_dir: str | Path, cfg: TrainConfig) -> Path:
 
 def load_config(run_dir: str | Path) -> TrainConfig:
     """The run's TrainConfig from <run_dir>/config.yaml (either layout)."""
-    from train.config_legacy import from_legacy
-
     p = Path(run_dir) / "config.yaml"
     if not p.is_file():
         raise FileNotFoundError(f"{p} not found: is {run_dir} a training run folder (runs/<motion>/<stamp>)?")
     d = yaml.safe_load(p.read_text()) or {}
     return from_dict(d) if "config_version" in d else from_legacy(d)
+
+
+def from_legacy(old: Mapping[str, Any]) -> TrainConfig:
+    """A TrainConfig from a config of the layout before config_version 2 (the committed
+    policies/g1/hop/training/config.yaml and runs made before the typed root).
+
+    The explicit mapping, old key -> TrainConfig (everything else is read as is):
+    - `devices`: dropped (a record of the machine); `shac.num_envs` was saved already multiplied
+      by the device count, so it is divided by len(devices).
+    - `obs_terms` -> `env.obs_terms`.
+    - `env.domain_rand` -> the `domain_rand` section; `env.stiffness` -> `stiffness` (when absent).
+    - `env.min_base_height`, `env.max_tilt`: dropped; they must equal the one fall criterion
+      (robots.physics FALL_HEIGHT_M / FALL_TILT_RAD), else the run used a different termination.
+    - `actor.init_log_std`: dropped (dead: the trainer's std is `shac.init_log_std`).
+    - `shac.obs_clip`: dropped; it must equal `actor.obs_clip` (the one clip now).
+    - `actor.action_scale`, `action_size`, `ref_index`, `ref_scale`, `bcg.enabled`: derived now; an
+      old value that disagrees with its derivation is refused (e.g. a run trained with
+      `--set env.action_scale=0.5`, whose actor said 0.25: no single artifact matches it).
+    - `algorithm` -> `algo`; `network` -> `actor` (older exporter keys).
+    """
+    d = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in old.items()}
+    devices = d.pop("devices", None) or [None]
+    if "algorithm" in d and "algo" not in d:
+        d["algo"] = d.pop("algorithm")
+    if "network" in d and "actor" not in d:
+        d["actor"] = d.pop("network")
+    env = d.setdefault("env", {})
+    if "obs_terms" in d:
+        env["obs_terms"] = list(d.pop("obs_terms"))
+    if "domain_rand" in env:
+        d["domain_rand"] = env.pop("domain_rand")
+    if "stiffness" in env:
+        d.setdefault("stiffness", env["stiffness"])
+        if env.pop("stiffness") != d["stiffness"]:
+            raise ValueError(f"legacy config: env.stiffness differs from stiffness {d['stiffness']!r}")
+    for key, now in (("min_base_height", P.FALL_HEIGHT_M), ("max_tilt", P.FALL_TILT_RAD)):
+        if key in env and float(env.pop(key)) != now:
+            raise ValueError(f"legacy config: env.{key} is not the one fall criterion's {now} "
+                             f"({P.FALL_DEFINITION}); this run cannot be reproduced by the current env")
+    actor = d.setdefault("actor", {})
+    actor.pop("init_log_std", None)
+    shac = d.setdefault("shac", {})
+    if "obs_clip" in shac and float(shac.pop("obs_clip")) != float(actor.get("obs_clip", OBS_CLIP)):
+        raise ValueError("legacy config: shac.obs_clip differs from actor.obs_clip; the two clips are one now")
+    if "num_envs" in shac:
+        shac["num_envs"] = int(shac["num_envs"]) // len(devices)
+    old_derived = {("actor", k): actor.pop(k) for k in ("action_scale", "action_size", "ref_index", "ref_scale")
+                   if k in actor}
+    if "enabled" in d.get("bcg", {}):
+        old_derived["bcg", "enabled"] = d["bcg"].pop("enabled")
+    cfg = from_dict({"config_version": CONFIG_VERSION, **d})
+    for (sec, k), v in old_derived.items():
+        now = getattr(getattr(cfg, sec), k)
+        if (float(v) if isinstance(now, float) else v) != now:
+            raise ValueError(f"legacy config: {sec}.{k}={v!r}, but it derives to {now!r} from {DERIVED[sec, k]}; "
+                             "the trained actor and its export would disagree")
+    return cfg
 
 
 _ADAPTER = pydantic.TypeAdapter(TrainConfig)

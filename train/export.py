@@ -10,7 +10,7 @@ written through policies.artifact.write_artifact with the spec of `artifact_spec
 Run folder (written by `make train`; read by `python -m train.export --run DIR`):
 
     runs/<motion>/<stamp>/
-      config.yaml              # the run's TrainConfig (train/config.py; older layouts via train/config_legacy.py)
+      config.yaml              # the run's TrainConfig (train/config.py, older layouts too)
       checkpoints/latest.npz   # train/checkpoint.py's format; other *.npz beside it (e.g. iter_000100.npz)
 
 Export reloads exactly the run's TrainConfig: the actor config (action scale, observation
