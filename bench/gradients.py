@@ -222,7 +222,7 @@ def run(batches: tuple[int, ...] = (16,), seeds: int = 6, horizon: int = 32, wit
     out.update(throughput(pb))
     for n in batches[1:]:
         out.update(throughput(Problem(n, {"bcg": cfg}, horizon, contact)))
-    # the keys DESIGN.md names: default BCG (budgeted) at the stiffest setting, value+grad of a
+    # bench.json's two headline keys: default BCG (budgeted) at the stiffest setting, value+grad of a
     # batched short-horizon return as the "training-like iteration" (critic updates excluded)
     out["bcg_grad_variance_ratio"] = out[f"bcg_grad_variance_ratio_{stiffnesses[-1]}"]
     out["bcg_iteration_time_ratio"] = out[f"bcg_time_ratio_b{n0}"]

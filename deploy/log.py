@@ -4,7 +4,7 @@ Written under runs/deploy/<stamp>/:
   log.mcap      channel /deploy/tick (one message per 2 ms command tick), /deploy/policy (one per policy
                 step), /deploy/events (JSON); schemas `ros2msg` + `cdr` messages, so Foxglove plots every field
   events.json   every event: state transitions, safety trips, deadline misses, notes
-  summary.json  the stable keys in DESIGN.md (final_state, states_visited, ticks, ...)
+  summary.json  the stable keys listed in docs/deploy.md (final_state, states_visited, ticks, ...)
   joints.png    measured vs commanded joints, kp, state over time
 
 Streaming (`StreamLog`): the control thread appends a row into a preallocated chunk buffer (CHUNK_S of

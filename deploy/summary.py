@@ -1,5 +1,5 @@
 """The results of one deploy run under runs/deploy/<stamp>/ (see deploy/log.py): the streamed log.mcap is
-closed, read back, and gives summary.json (DESIGN.md's stable keys), events.json and the plot; plus the
+closed, read back, and gives summary.json (its stable keys: docs/deploy.md), events.json and the plot; plus the
 metrics taken from the sim bridge's ground truth (`fell` by robots.physics.fallen, the one fall criterion,
 estimator RMSE, pelvis apex, flight time).
 """

@@ -1,6 +1,6 @@
 """Episodes -> runs/eval/<motion>/<stamp>/eval.json (+ eval.png, episode0.gif when a renderer works).
 
-eval.json's keys are stable (DESIGN.md): episodes, falls, stood_at_end, apex_foot_clearance_m
+eval.json's keys are stable (docs/evaluation.md): episodes, falls, stood_at_end, apex_foot_clearance_m
 {mean, min}, tracking_error_cm, penetration_mm, landing_impact_bw, flight_time_s {mean, min},
 pelvis_apex_rise_m {mean, min}, forward_displacement_m {mean, min, max}, peak_torque_ratio
 {legs, waist, arms: {mean, max}} (eval.measures), config, definitions, per_episode, ... The return code of the CLI is 0 even with falls.

@@ -2,8 +2,9 @@
 
 Sources: Menagerie `unitree_g1/g1.xml` (joint ranges, actuatorfrcrange, actuator order),
 Unitree's public G1 motor table (velocity limits), unitree_rl_gym (leg gains, default
-leg pose), unitree_sdk2 G1 low-level example (waist/arm gains). `tests/test_robot_constants.py`
-checks every array here against the compiled model.
+leg pose), unitree_sdk2 G1 low-level example (waist/arm gains). `tests/test_robot_model.py`
+checks the joint order, joint and torque limits and the mass against the compiled models, and the
+limits against a hand-copied reference table.
 """
 from __future__ import annotations
 

@@ -181,7 +181,7 @@ def read(path: Path, model, blob) -> Artifact:
 
 
 def _action_scales(meta: dict, names, kp, where: str, cfg: dict, model, default) -> tuple[tuple[float, ...], str]:
-    """holosoma's WBT action scale (policies/wbt.py's resolution order): metadata action_scale (JSON or CSV,
+    """holosoma's WBT action scale (in holosoma-inference's policies/wbt.py order): metadata action_scale (JSON or CSV,
     one or per joint); else a sidecar's action_scales_by_effort_limit_over_p_gain (false: policy_action_scale
     on every joint; true: the effort rule); else 1 when the graph squashes its actions to exactly the joint
     limits around the default pose (tanh x max(q_max - default, default - q_min): FastSAC's actor, whose
