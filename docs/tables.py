@@ -61,6 +61,8 @@ TABLES: dict[str, Table] = {
     "contact_cost": Table("bench.contact_cost:render_contact_cost_table", ("results/contact_cost.json",)),
     "impulse_training": Table("experiments.impulse_training:render_impulse_training_table",
                               ("results/impulse_training.json",)),
+    "bundle_activity": Table("experiments.impulse_training:render_bundle_activity_table",
+                             ("results/impulse_training.json",)),
     "impulse_training_summary": Table("experiments.impulse_training:render_impulse_training_summary",
                                       ("results/impulse_training.json",)),
 }

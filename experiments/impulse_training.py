@@ -8,6 +8,7 @@ falls/20 at every candidate (the learning curve a user cares about). `--plot` dr
 candidates' falls of every row against iterations (docs/impulse_training.png).
 
     python -m experiments.impulse_training --run runs/jump/<stamp> --name bcg_soft300_s0 [--plot]
+    python -m experiments.impulse_training --bundle-activity runs/jump/<stamp>   # how often its bundles fired
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from train.export import repo_relative
@@ -25,6 +27,7 @@ from train.export import repo_relative
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results" / "impulse_training.json"
 PLOT = REPO / "docs" / "impulse_training.png"
+BCG_KEYS = ("branches", "horizon", "tau", "max_bundled_envs", "sigma_p", "sigma_v", "clamp_q", "clamp_v")
 
 
 def _curve(run: Path) -> dict:
@@ -46,6 +49,21 @@ def evaluate(artifact: Path, out: Path, episodes: int = 20, seed: int = 0) -> di
     return json.loads(max(out.rglob("eval.json"), key=lambda p: p.stat().st_mtime).read_text())
 
 
+def bundle_activity(run: Path) -> dict:
+    """How often a BCG run's bundles fired (metrics.csv: bundled_frac = bundled env-steps / env-steps per
+    iteration) beside the largest sphere force per step, over the iterations it ran (finished or not)."""
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    b = np.array([float(r["bundled_frac"]) for r in rows])
+    f = np.array([float(r["contact_force_max"]) for r in rows])
+    return {"run": repo_relative(run), "algo": cfg["algo"], "bcg": {k: cfg["bcg"][k] for k in BCG_KEYS},
+            "contact": cfg["env"]["contact"], "impulse_mode": cfg["env"].get("impulse_mode"),
+            "iterations": len(rows), "bundled_frac_mean": float(b.mean()),
+            "bundled_frac_p50_p99": [float(np.percentile(b, 50)), float(np.percentile(b, 99))],
+            "bundle_budget_frac": min(1.0, (cfg["bcg"]["max_bundled_envs"] or 0) / cfg["shac"]["num_envs"]),
+            "contact_force_max_mean_n": float(f.mean())}
+
+
 def row_of(run: Path, name: str, artifact: Path) -> dict:
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     sel = json.loads((run / "select" / "select.json").read_text())
@@ -56,7 +74,8 @@ def row_of(run: Path, name: str, artifact: Path) -> dict:
         "name": name, "algo": cfg["algo"], "contact": env["contact"], "impulse_mode": env.get("impulse_mode"),
         "kappa": env["kappa"], "relaxation": env.get("impulse_relaxation"), "preset": cfg["preset"], "seed": cfg["seed"],
         "num_envs": cfg["shac"]["num_envs"], "horizon": cfg["shac"]["horizon"],
-        "bcg": {k: cfg["bcg"][k] for k in ("branches", "horizon", "tau", "max_bundled_envs")} if cfg["algo"] == "bcg" else None,
+        "bcg": {k: cfg["bcg"][k] for k in BCG_KEYS} if cfg["algo"] == "bcg" else None,
+        "bundled_frac_mean": bundle_activity(run)["bundled_frac_mean"] if cfg["algo"] == "bcg" else 0.0,
         "iterations_run": curve["iteration"][-1], "train_wall_s": curve["wall_s"][-1],
         "selected_iteration": sel["selected_iteration"],
         "selection": [{"iteration": c["iteration"], "falls": c.get("falls")} for c in sel["candidates"]],
@@ -100,6 +119,20 @@ def summary_by_setting(results: dict) -> list[dict]:
     return out
 
 
+def render_bundle_activity_table(results: dict) -> str:
+    """Markdown table of results/impulse_training.json's bundle_activity."""
+    lines = ["| run | bundle (B, window, trigger, slots) | iterations | bundled env-steps mean (p50 / p99) | slot budget "
+             "| largest sphere force per step, mean |", "|---|---|---|---|---|---|"]
+    for a in results.get("bundle_activity", []):
+        b = a["bcg"]
+        trig = f"{b['tau']:g} N" if b["tau"] >= 1 else "any impulse"
+        p50, p99 = a["bundled_frac_p50_p99"]
+        lines.append(f"| {Path(a['run']).name} | {b['branches']}, {b['horizon']}, {trig}, {b['max_bundled_envs']} "
+                     f"| {a['iterations']} | {100 * a['bundled_frac_mean']:.1f} % ({100 * p50:.1f} / {100 * p99:.1f} %) "
+                     f"| {100 * a['bundle_budget_frac']:.1f} % | {a['contact_force_max_mean_n']:.0f} N |")
+    return "\n".join(lines)
+
+
 def render_impulse_training_summary(results: dict) -> str:
     """Markdown table: per setting, the seeds' falls/20 in C MuJoCo (eval seed 0)."""
     lines = ["| algorithm | contact | kappa | relaxation | seeds | falls/20 per seed | mean falls/20 | stood per seed "
@@ -134,8 +167,15 @@ def main(argv=None) -> int:
     ap.add_argument("--name", help="the row's name")
     ap.add_argument("--artifact", type=Path, default=None, help="its exported policy folder (the --export-dir it was trained with)")
     ap.add_argument("--plot", action="store_true")
+    ap.add_argument("--bundle-activity", type=Path, default=None, metavar="RUN",
+                    help="record how often a BCG run's bundles fired (finished or stopped) under bundle_activity")
     a = ap.parse_args(argv)
     res = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"motion": "jump", "rows": []}
+    if a.bundle_activity:
+        act = bundle_activity(a.bundle_activity)
+        res["bundle_activity"] = [x for x in res.get("bundle_activity", []) if x["run"] != act["run"]] + [act]
+        RESULTS.write_text(json.dumps(res, indent=1) + "\n")
+        print(json.dumps(act))
     if a.run:
         if not a.name or a.artifact is None or not (a.run / "select" / "select.json").is_file():
             ap.error("--run needs --name, --artifact and a run trained with --select-every (its select/select.json)")

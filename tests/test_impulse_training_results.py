@@ -1,0 +1,38 @@
+"""experiments.impulse_training's summaries on hand-made runs and rows (no training, no JAX program)."""
+import pytest
+import yaml
+
+from experiments.impulse_training import (bundle_activity, render_bundle_activity_table, render_impulse_training_summary,
+                                          summary_by_setting)
+
+
+def test_bundle_activity_of_a_run_folder(tmp_path):
+    (tmp_path / "metrics.csv").write_text("iteration,bundled_frac,contact_force_max\n1,0.0,100\n2,0.25,140\n3,0.05,120\n"
+                                          "4,0.1,120\n")
+    bcg = dict(branches=8, horizon=1, tau=0.0002, max_bundled_envs=4, sigma_p=0.01, sigma_v=0.01, clamp_q=0.1, clamp_v=0.5)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"algo": "bcg", "bcg": bcg, "shac": {"num_envs": 32},
+                                                          "env": {"contact": "impulse", "impulse_mode": "soft"}}))
+    a = bundle_activity(tmp_path)
+    assert a["iterations"] == 4
+    assert a["bundled_frac_mean"] == pytest.approx(0.1)  # (0 + 0.25 + 0.05 + 0.1) / 4
+    assert a["bundle_budget_frac"] == pytest.approx(4 / 32)
+    assert a["contact_force_max_mean_n"] == pytest.approx(120.0)
+    table = render_bundle_activity_table({"bundle_activity": [a]})
+    assert "| 8, 1, any impulse, 4 | 4 | 10.0 % (7.5 / 24.6 %) | 12.5 % | 120 N |" in table
+
+
+def _row(algo, seed, falls, relax="block"):
+    return {"algo": algo, "contact": "impulse", "impulse_mode": "soft", "kappa": 300.0, "relaxation": relax,
+            "seed": seed, "iterations_run": 100 * (seed + 1), "train_wall_s": 600.0 * (seed + 1),
+            "eval_seed0": {"falls": falls, "stood_at_end": 20 - falls}}
+
+
+def test_summary_groups_seeds_by_setting():
+    res = {"rows": [_row("bcg", 0, 4), _row("shac", 0, 5), _row("bcg", 1, 1), _row("bcg", 2, 2, relax="seed")]}
+    groups = {(g["algo"], g["relaxation"]): g for g in summary_by_setting(res)}
+    assert groups[("bcg", "block")]["falls"] == [4, 1]
+    assert groups[("bcg", "block")]["falls_mean"] == pytest.approx(2.5)
+    assert groups[("bcg", "block")]["wall_min_mean"] == pytest.approx(15.0)  # (600 + 1200) / 2 s
+    assert groups[("shac", "block")]["seeds"] == [0]
+    assert groups[("bcg", "seed")]["falls"] == [2]
+    assert "| bcg | impulse soft | 300 | block | 2 | 4 / 1 | 2.5 | 16 / 19 | 100 / 200 | 15 |" in render_impulse_training_summary(res)
