@@ -33,3 +33,16 @@ def test_local_summary_means_over_seeds():
 def test_batch_var_is_trace_of_the_covariance():
     G = np.array([[1.0, 0.0], [3.0, 2.0]])  # per component sample variance 2 and 2
     assert batch_var(G) == pytest.approx(4.0)
+
+
+def test_flight_window_of_a_reference():
+    from types import SimpleNamespace
+
+    from bench.gradients_jump import flight_window
+
+    feet = np.zeros((10, 2))
+    feet[3:6, 0] = 0.05  # left foot up at frames 3-5
+    feet[4:7, 1] = 0.05  # right foot up at frames 4-6: both off the floor at 4 and 5
+    assert flight_window(SimpleNamespace(name="m", ref_foot_height=feet)) == (4, 5)
+    with pytest.raises(ValueError, match="no frame with both feet off"):
+        flight_window(SimpleNamespace(name="m", ref_foot_height=np.zeros((10, 2))))
