@@ -147,6 +147,22 @@ def local_summary(local: list[np.ndarray], seed_var: float, branches: int = 8) -
             "local_share": share, "bound_seed_var": 1.0 - (1.0 - 1.0 / branches) * share}
 
 
+def add_local(sc: Scenario, kappa: float, row: dict) -> dict:
+    """The local measure for a row already measured: plain's per-env gradients recomputed (their seed_var must
+    equal the row's: the bench is deterministic at a seed) and the M perturbed copies of each env."""
+    plain, local = [], []
+    for sd in range(row["seeds"]):
+        keys = jax.random.split(jax.random.PRNGKey(1000 + sd), sc.N)
+        g, _ = jax.block_until_ready(sc.per_env["plain"](sc.theta, keys, kappa))
+        plain.append(np.asarray(g).var(0, ddof=1).sum())
+        local.append(np.asarray(jax.block_until_ready(sc.local(sc.theta, keys, kappa))))
+    seed_var = float(np.mean(plain))
+    if not np.isclose(seed_var, row["plain"]["seed_var"], rtol=1e-3):
+        raise RuntimeError(f"{row['mode']} kappa {kappa} H {row['horizon']}: plain seed_var {seed_var:.6g} recomputed, "
+                           f"{row['plain']['seed_var']:.6g} stored: the row was measured with other code or settings")
+    return {**row, "local": local_summary(local, seed_var)}
+
+
 def study(sc: Scenario, kappa: float, seeds: int) -> dict:
     per = {k: [] for k in ESTIMATORS}
     local = []
@@ -213,17 +229,28 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=12)
     ap.add_argument("--local", type=int, default=8, metavar="M",
                     help="perturbed copies per env for the local variance (0: skip)")
+    ap.add_argument("--add-local", action="store_true",
+                    help="only add the local measure to rows already in --out (plain recomputed and checked against them)")
     ap.add_argument("--out", default=None, help="write the JSON here (rows already there for other settings are kept)")
     a = ap.parse_args(argv)
     if a.envs < 2 or a.seeds < 2:
         ap.error("--envs and --seeds must be >= 2 (variances)")
+    if a.add_local and (a.local < 2 or not a.out):
+        ap.error("--add-local needs --local >= 2 and --out with the rows to complete")
     old = json.loads(Path(a.out).read_text())["rows"] if a.out and Path(a.out).is_file() else []
     rows = []
     for H in a.horizons:
         for mode in a.modes:
             sc = Scenario(mode, H, a.envs, a.local)
             for kappa in (a.kappas if mode != "hard" else a.kappas[-1:]):  # hard ignores kappa
-                row = study(sc, kappa, a.seeds)
+                if a.add_local:
+                    have = [r for r in old if (r["mode"], r["kappa"], r["horizon"], r["envs"]) == (mode, kappa, H, a.envs)]
+                    if not have:
+                        print(f"no {mode} kappa {kappa:g} H {H} x {a.envs} row in {a.out}: skipped", flush=True)
+                        continue
+                    row = add_local(sc, kappa, have[0])
+                else:
+                    row = study(sc, kappa, a.seeds)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     key = lambda r: (r["mode"], r["kappa"], r["horizon"], r["envs"])  # noqa: E731
