@@ -30,6 +30,9 @@ class ObsInputs(NamedTuple):
     phase: Any  # (...,) motion time / motion duration, in [0, 1]
     ref_q: Any  # (..., REF_LOOKAHEAD, 29) reference joint positions at t+1..t+K
     ref_height: Any  # (..., REF_LOOKAHEAD) reference pelvis height at t+1..t+K
+    # (..., 6) the reference anchor's orientation in the robot anchor's frame (policies.tracking: R_robot^T R_ref,
+    # two columns row by row); only the tracking term reads it
+    anchor_ori_b: Any = None
 
 
 def _flat(x, xp):
@@ -64,6 +67,9 @@ TERMS: dict[str, TermDef] = {
         "reference q - default at t+1..t+3, rad",
     ),
     "ref_base_height": TermDef(REF_LOOKAHEAD, 1.0, lambda s, xp: s.ref_height - g1.DEFAULT_BASE_HEIGHT, "reference pelvis height - default at t+1..t+3, m"),
+    "motion_anchor_ori_b": TermDef(
+        6, 1.0, lambda s, xp: s.anchor_ori_b,
+        "reference anchor orientation in the robot anchor's frame at the step: 2 matrix columns (policies.tracking)"),
 }
 
 # The layout motion policies are trained with. The estimator provides base_lin_vel and base_height.
@@ -71,6 +77,8 @@ MOTION_OBS_TERMS: tuple[str, ...] = (
     "base_ang_vel", "projected_gravity", "joint_pos", "joint_vel", "last_action",
     "base_lin_vel", "base_height", "motion_phase", "ref_joint_pos", "ref_base_height",
 )
+# The whole-body tracking task's layout: the motion layout and the anchor's orientation relative to the reference.
+TRACKING_OBS_TERMS: tuple[str, ...] = MOTION_OBS_TERMS + ("motion_anchor_ori_b",)
 
 
 @dataclasses.dataclass(frozen=True)

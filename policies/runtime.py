@@ -60,13 +60,15 @@ def motion_phase(step, control_dt: float, duration: float, xp=np):
 
 
 def observation_inputs(step, ref_q, ref_height, control_dt: float, duration: float, *, gyro, quat, q, dq,
-                       last_action, base_lin_vel, base_height, xp=np) -> ObsInputs:
+                       last_action, base_lin_vel, base_height, anchor_ori_b=None, xp=np) -> ObsInputs:
     """The observation inputs of policy step `step`: the state as given, the motion phase (in q's
-    dtype) and the reference window after `step`. ref_q (T, 29), ref_height (T,) at control_dt."""
+    dtype) and the reference window after `step`. ref_q (T, 29), ref_height (T,) at control_dt;
+    anchor_ori_b: the tracking term's input (policies.tracking), when the layout has it."""
     ref_q_w, ref_h_w = reference_window(ref_q, ref_height, step, xp=xp)
     phase = xp.asarray(motion_phase(step, control_dt, duration, xp), dtype=q.dtype)
     return ObsInputs(gyro=gyro, quat=quat, q=q, dq=dq, last_action=last_action, base_lin_vel=base_lin_vel,
-                     base_height=base_height, phase=phase, ref_q=ref_q_w, ref_height=ref_h_w)
+                     base_height=base_height, phase=phase, ref_q=ref_q_w, ref_height=ref_h_w,
+                     anchor_ori_b=anchor_ori_b)
 
 
 def hold_blend(from_target, default_q, t_in_hold: float, blend_s: float = HOLD_BLEND_S, xp=np):

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from policies import artifact as A
-from policies.observation import MOTION_OBS_TERMS, ObsInputs, build_observation, reference_window, term_specs
+from policies.observation import (MOTION_OBS_TERMS, TRACKING_OBS_TERMS, ObsInputs, build_observation, reference_window,
+                                 term_specs)
 from policies.stand import write_stand_artifact
 from robots import g1
 from robots.physics import projected_gravity, quat_rotate_inverse, upright_cos
@@ -28,6 +29,7 @@ def _inputs(rng, batch=()):
         last_action=rng.normal(size=batch + (n,)), base_lin_vel=rng.normal(size=batch + (3,)),
         base_height=rng.uniform(0.5, 1.0, size=batch), phase=rng.uniform(size=batch),
         ref_q=rng.normal(size=batch + (3, n)), ref_height=rng.normal(size=batch + (3,)),
+        anchor_ori_b=rng.normal(size=batch + (6,)),
     )
 
 
@@ -71,7 +73,7 @@ def test_observation_numpy_equals_jax_batched():
     jnp = pytest.importorskip("jax.numpy")
     rng = np.random.default_rng(1)
     s = _inputs(rng, batch=(5,))
-    specs = term_specs()
+    specs = term_specs(TRACKING_OBS_TERMS)  # every term
     o_np = build_observation(specs, s)
     o_jx = build_observation(specs, ObsInputs(*(jnp.asarray(x, jnp.float32) for x in s)), xp=jnp)
     np.testing.assert_allclose(np.asarray(o_jx), o_np, atol=1e-5)
@@ -182,7 +184,8 @@ def test_runtime_observation_inputs_numpy_equals_jax():
     rng = np.random.default_rng(2)
     s = _inputs(rng)
     ref_q, ref_h = rng.normal(size=(12, 29)), rng.normal(size=12)
-    state = {k: getattr(s, k) for k in ("gyro", "quat", "q", "dq", "last_action", "base_lin_vel", "base_height")}
+    state = {k: getattr(s, k) for k in ("gyro", "quat", "q", "dq", "last_action", "base_lin_vel", "base_height",
+                                        "anchor_ori_b")}
     for step in (0, 5, 11):
         a = observation_inputs(step, ref_q, ref_h, 0.02, 0.24, **state)
         b = observation_inputs(jnp.int32(step), jnp.asarray(ref_q, jnp.float32), jnp.asarray(ref_h, jnp.float32),

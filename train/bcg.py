@@ -236,6 +236,5 @@ def bcg_rollout_step(env: G1Env, policy_fn, params, cfg: BCGConfig, state: EnvSt
                  next_obs=xbar.obs, metrics=xbar.metrics, bundled=active)
     out = _scatter(out, idx, out_b, active)
     nom = _scatter(nom, idx, xbar, finish)
-    rst = jax.lax.stop_gradient(jax.vmap(env.reset)(rk))
-    state = _tree_where(nom.done, rst, nom)
+    state = env.reset_done(nom, rk)
     return state, Slots(branches, idx, age, active & ~finish, xbar.obs), out

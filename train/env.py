@@ -21,6 +21,10 @@ and the incoming state).
 - done = fall (robots.physics.fallen, the one fall criterion, or a non-finite state; optionally
   a pelvis height too far from the reference) or end of motion; truncated = end of motion.
   `step` does NOT auto-reset: train/rollout.py does (stop_gradient through the reset).
+- `task = "tracking"` (train/tracking.py): the clip's anchor and key bodies are the target (BeyondMimic's
+  reward kernels and terminations, from a forward kinematics pass on the state after the step), the
+  observation adds `motion_anchor_ori_b`, every reset starts at a frame drawn by the adaptive sampler in the
+  reference's state there, and an episode is a window of the clip (truncated at `state.end_step`).
 - Link positions (foot heights) come from the last substep's forward pass, i.e. they lag the
   returned qpos by one physics substep (5 ms); qpos/qvel-derived quantities are exact.
 """
@@ -46,6 +50,7 @@ from train import contact as C
 from train import domain_rand as DR
 from train import impulse as I
 from train import rewards as R
+from train import tracking as TR
 
 # Uniform observation noise half-widths, multiplied by EnvConfig.obs_noise.
 OBS_NOISE = {
@@ -68,6 +73,7 @@ class Motion(Protocol):
 
 
 CONTACT_MODELS = ("mjx", "sigmoid", "impulse")
+TASKS = ("imitation", "tracking")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,8 +108,16 @@ class EnvConfig:
     # a calibration YAML (robots/calibration.py): the training model takes its armature, damping and
     # friction loss (train/calibrated.py; `make train CALIB=...`)
     calibration: str | None = None
+    # TASKS: "imitation" (train/rewards.py) or "tracking" (train/tracking.py: whole-body tracking of a clip; the
+    # observation gains motion_anchor_ori_b, derived here)
+    task: str = "imitation"
+    tracking: TR.TrackingConfig = TR.TrackingConfig()
 
     def __post_init__(self):
+        if self.task not in TASKS:
+            raise ValueError(f"unknown env.task {self.task!r}; use one of {TASKS}")
+        if self.task == "tracking" and "motion_anchor_ori_b" not in self.obs_terms:
+            object.__setattr__(self, "obs_terms", tuple(self.obs_terms) + ("motion_anchor_ori_b",))
         if self.contact not in CONTACT_MODELS:
             raise ValueError(f"unknown env.contact {self.contact!r}; use one of {CONTACT_MODELS}")
         if not (math.isfinite(self.kappa) and self.kappa > 0):
@@ -164,6 +178,8 @@ class EnvState:
     contact_force: jax.Array  # (8,) max normal force (N) per foot sphere over the last step's substeps
     dr: DR.EnvParams  # physics parameters of this environment
     rng: jax.Array  # key for observation noise and pushes
+    end_step: jax.Array  # int32: the step at which the episode is truncated (the end of its window)
+    start_counts: jax.Array  # (n_bins,) the adaptive sampler's failure counts (the same in every env of a batch)
 
     def replace(self, **kw) -> "EnvState":
         return dataclasses.replace(self, **kw)
@@ -268,7 +284,8 @@ class G1Env:
                 I.warm_start_size(self.sphere_geoms, self.friction_dofs), self.init_data.qpos.dtype))
         foot_of_body = {int(b): i for i, b in enumerate(self.foot_body)}
         self.sphere_foot = np.array([foot_of_body[int(m.geom_bodyid[g])] for g in self.sphere_geoms])
-        start_qpos, start_qvel = self._reference_states(m, motion, ref_q, ref_h, ref_dq, ref_c, cfg.control_dt)
+        start_qpos, start_qvel, ref_qpos, ref_qvel = self._reference_states(m, motion, ref_q, ref_h, ref_dq, ref_c,
+                                                                            cfg.control_dt)
         # the frames a random start may pick: at least random_start_margin_s of the motion left
         self.num_start_frames = max(1, self.episode_length - int(round(cfg.random_start_margin_s / cfg.control_dt)))
         self.contact_geoms = np.concatenate([[floor], self.sphere_geoms])
@@ -296,10 +313,60 @@ class G1Env:
         self.obs_specs = O.term_specs(tuple(cfg.obs_terms))
         self.observation_size = O.obs_size(self.obs_specs)
         self._metric_zeros = None
+        self.tracking = cfg.task == "tracking"
+        self._observes_anchor = "motion_anchor_ori_b" in cfg.obs_terms
+        self.n_bins = 1
+        if self.tracking or self._observes_anchor:
+            self._setup_tracking(m, ref_qpos, ref_qvel, T)
+
+    def _setup_tracking(self, m, ref_qpos, ref_qvel, T):
+        """The reference's key bodies per frame (C MuJoCo forward kinematics of the reference states: world
+        position, rotation, velocity at the body origin), the anchor's rotation chain, the sampler's bins."""
+        tc = self.cfg.tracking
+        names = {m.body(i).name for i in range(m.nbody)}
+        missing = [b for b in (tc.anchor_body, *tc.bodies) if b not in names]
+        if missing:
+            raise ValueError(f"env.tracking: the G1 has no bodies {missing} (its bodies: {sorted(names - {'world'})})")
+        bodies = list(tc.bodies) if tc.anchor_body in tc.bodies else list(tc.bodies) + [tc.anchor_body]
+        self.track_body = np.array([m.body(b).id for b in bodies])
+        self.track_root = np.asarray(m.body_rootid[self.track_body])
+        self.anchor = bodies.index(tc.anchor_body)
+        self.end_effectors = np.array([bodies.index(b) for b in tc.end_effectors], int)
+        d = mujoco.MjData(m)
+        pos, rot = np.zeros((T, len(bodies), 3)), np.zeros((T, len(bodies), 3, 3))
+        lin, ang = np.zeros((T, len(bodies), 3)), np.zeros((T, len(bodies), 3))
+        for k in range(T):
+            d.qpos[:], d.qvel[:] = ref_qpos[k], ref_qvel[k]
+            mujoco.mj_forward(m, d)
+            pos[k], rot[k] = d.xpos[self.track_body], d.xmat[self.track_body].reshape(-1, 3, 3)
+            lin[k], ang[k] = TR.origin_velocity(d.cvel[self.track_body], pos[k], d.subtree_com[self.track_root], xp=np)
+        fdt = jnp.asarray(0.0).dtype
+        self._ref_body_pos, self._ref_body_rot = jnp.asarray(pos, fdt), jnp.asarray(rot, fdt)
+        self._ref_body_lin, self._ref_body_ang = jnp.asarray(lin, fdt), jnp.asarray(ang, fdt)
+        self.anchor_chain = TR.chain_of(m, tc.anchor_body, self.qadr)
+        self.window_steps = max(1, int(round(tc.window_s / self.cfg.control_dt)))
+        self.per_bin = TR.frames_per_bin(self.cfg.control_dt, tc.bin_s)
+        self.n_bins = TR.num_bins(T, self.cfg.control_dt, tc.bin_s) if self.tracking else 1
+        self.track_weights = tc.weight_map()
+        if self.tracking:  # every reset starts in the reference's own state (frame 0 too)
+            self._start_qpos = jnp.asarray(ref_qpos, fdt)
+            self._start_qvel = jnp.asarray(ref_qvel, fdt)
+
+    def robot_anchor_rot(self, quat, q):
+        """The robot anchor's rotation in the world from the pelvis quaternion and the joints."""
+        return TR.quat_to_mat(quat) @ TR.rot_in_pelvis(self.anchor_chain, q)
+
+    def body_kinematics(self, data: mjx.Data):
+        """(pos, rot, lin_vel, ang_vel) of the tracked bodies, world frame, from data's forward kinematics and
+        com velocities (cvel: rotation then translation at the subtree com of the body's root)."""
+        b = self.track_body
+        lin, ang = TR.origin_velocity(data.cvel[b], data.xpos[b], data.subtree_com[self.track_root])
+        return data.xpos[b], data.xmat[b], lin, ang
 
     # ------------------------------------------------------------------ helpers
     def _reference_states(self, m, motion, ref_q, ref_h, ref_dq, ref_c, dt):
-        """(T, nq), (T, nv): the reference's state at each frame, the reset states of random starts.
+        """(T, nq), (T, nv) twice: the reset states of random starts, then the reference's own states (frame 0
+        too: the reset states replace it by the standing start at rest).
 
         Pelvis x, y and orientation from the reference when it has them (upright at x = y = 0 otherwise),
         joints and their velocities, the pelvis's linear velocity (world) and its angular velocity (body
@@ -331,9 +398,10 @@ class G1Env:
         if vel is not None:
             qvel[:, 0:3] = np.asarray(vel, float)
         qvel[:, self.dadr] = ref_dq
+        ref_qpos, ref_qvel = qpos.copy(), qvel.copy()  # the reference's own states (the tracking task starts there)
         qvel[0] = 0.0  # frame 0 is the standing start (zero velocity) whatever the reference's first difference
         qpos[0] = self.init_qpos
-        return qpos, qvel
+        return qpos, qvel, ref_qpos, ref_qvel
 
     def _sphere_efc_rows(self) -> np.ndarray:
         """(8, 4) constraint rows of the spheres' floor contacts: MJX keeps a fixed contact list (floor x
@@ -379,9 +447,13 @@ class G1Env:
             quat = u(k[5], quat, "quat")
             quat = quat / jnp.linalg.norm(quat)
         # phase and reference window: the deploy/eval runtime's definitions, on jax arrays
+        anchor = None
+        if self._observes_anchor:  # the reference frame of this step, as policies.tracking reads it
+            ref_rot = self._ref_body_rot[jnp.minimum(state.step, self.episode_length), self.anchor]
+            anchor = TR.anchor_ori_b(self.robot_anchor_rot(quat, q), ref_rot)
         inputs = PR.observation_inputs(state.step, self._ref_q, self._ref_h, cfg.control_dt, self.duration,
                                        gyro=gyro, quat=quat, q=q, dq=dq, last_action=state.last_action,
-                                       base_lin_vel=lin, base_height=h, xp=jnp)
+                                       base_lin_vel=lin, base_height=h, anchor_ori_b=anchor, xp=jnp)
         return O.build_observation(self.obs_specs, inputs, xp=jnp)
 
     def fell(self, data: mjx.Data, step: jax.Array) -> jax.Array:
@@ -394,6 +466,11 @@ class G1Env:
         out = P.fallen(h, qpos[3:7], xp=jnp) | ~finite
         if cfg.max_height_error is not None:
             out = out | (jnp.abs(h - self._ref_h[jnp.minimum(step, self.episode_length)]) > cfg.max_height_error)
+        if self.tracking:  # data's kinematics are the state's (step runs them after the substeps)
+            i = jnp.minimum(step, self.episode_length)
+            pos, rot, _, _ = self.body_kinematics(data)
+            out = out | TR.tracking_failed(self.anchor, self.end_effectors, pos, rot, self._ref_body_pos[i],
+                                           self._ref_body_rot[i], cfg.tracking)
         return out
 
     def _evaluate(self, data, step, action, last_action, torque_sq, contact_force):
@@ -415,6 +492,16 @@ class G1Env:
         terms = R.reward_terms(x)
         finite = jnp.all(jnp.isfinite(qpos)) & jnp.all(jnp.isfinite(qvel))
         reward = jnp.where(finite, R.total_reward(terms, self.reward_weights), 0.0)
+        if self.tracking:
+            pos, rot, lin, ang = self.body_kinematics(data)
+            tx = TR.TrackingInputs(anchor=self.anchor, body_pos=pos, body_rot=rot, body_lin_vel=lin, body_ang_vel=ang,
+                                   ref_body_pos=self._ref_body_pos[i], ref_body_rot=self._ref_body_rot[i],
+                                   ref_body_lin_vel=self._ref_body_lin[i], ref_body_ang_vel=self._ref_body_ang[i],
+                                   q=q, ref_q=self._ref_q[i], action=action, last_action=last_action,
+                                   ref_action=self._ref_action[i], torque_sq=torque_sq, fell=fell)
+            track = TR.reward_terms(tx, cfg.tracking)
+            reward = jnp.where(finite, TR.total_reward(track, self.track_weights), 0.0)
+            terms = {**terms, **{f"track_{k}": v for k, v in track.items()}}
         stiff, _ = stiff_contact(contact_force, self.sphere_foot, cfg.stiff_force)
         metrics = {
             "joint_pos_err": jnp.sqrt(jnp.mean((q - self._ref_q[i]) ** 2)),  # rad RMS over joints
@@ -428,13 +515,18 @@ class G1Env:
             "fell": fell.astype(qpos.dtype),
             **{f"r_{k}": v for k, v in terms.items()},
         }
+        if self.tracking:
+            metrics["anchor_pos_err"] = jnp.linalg.norm(pos[self.anchor] - self._ref_body_pos[i, self.anchor])
+            metrics["anchor_ori_err"] = jnp.sqrt(TR.rot_err_sq(rot[self.anchor], self._ref_body_rot[i, self.anchor]))
         return reward, fell, metrics
 
     # ------------------------------------------------------------------ API
-    def reset(self, rng: jax.Array) -> EnvState:
+    def reset(self, rng: jax.Array, start_counts: jax.Array | None = None) -> EnvState:
         """Reference frame 0, feet on the floor, zero velocity, freshly sampled EnvParams; with probability
         cfg.random_start a uniformly drawn frame of the first num_start_frames instead (its reference state,
-        the previous action = the action commanding that frame's reference)."""
+        the previous action = the action commanding that frame's reference). The tracking task: a frame drawn
+        from the adaptive sampler's probabilities for `start_counts` (n_bins,) (None: no failures yet, uniform),
+        in the reference's state there, the episode ending at the end of its window."""
         k_dr, k_state = jax.random.split(rng)  # as before random starts: random_start = 0 resets are unchanged
         dr = DR.sample_params(k_dr, self.cfg.domain_rand, self._nominal)
         fdt = self._kp.dtype
@@ -442,7 +534,17 @@ class G1Env:
         data = self.init_data
         step = jnp.int32(0)
         last_action = zeros_a
-        if self.cfg.random_start > 0:
+        counts = jnp.zeros(self.n_bins, fdt) if start_counts is None else start_counts
+        end_step = jnp.int32(self.episode_length)
+        if self.tracking:
+            tc = self.cfg.tracking
+            probs = TR.start_probabilities(counts, tc.kernel_size, tc.kernel_lambda, tc.uniform_floor)
+            step = TR.sample_start(jax.random.fold_in(rng, 2), probs, self.per_bin, self.episode_length + 1)
+            data = data.replace(qpos=self._start_qpos[step], qvel=self._start_qvel[step])
+            data = self._kinematics(self.mx, data)
+            last_action = self._ref_action[step]
+            end_step = TR.window_end(step, self.episode_length + 1, self.window_steps)
+        elif self.cfg.random_start > 0:
             k_start, k_frame = jax.random.split(jax.random.fold_in(rng, 1))
             pick = jax.random.uniform(k_start) < self.cfg.random_start
             step = jnp.where(pick, jax.random.randint(k_frame, (), 0, self.num_start_frames), 0).astype(jnp.int32)
@@ -454,11 +556,31 @@ class G1Env:
             data=data, step=step, last_action=last_action, obs=jnp.zeros(self.observation_size, fdt),
             reward=jnp.zeros((), fdt), done=jnp.asarray(False), truncated=jnp.asarray(False),
             metrics=jax.tree.map(jnp.zeros_like, metrics), contact_force=force, dr=dr, rng=k_state,
+            end_step=end_step, start_counts=counts,
         )
         return state.replace(obs=self.observe(state))
 
     def reset_batch(self, rng: jax.Array, num_envs: int) -> EnvState:
         return jax.vmap(self.reset)(jax.random.split(rng, num_envs))
+
+    def reset_done(self, state: EnvState, keys: jax.Array) -> EnvState:
+        """A batch (leading env axis) with its done envs replaced by fresh resets (stop_gradient); keys (N, 2).
+        The tracking task first adds this step's failures (done and not truncated, at the frame reached) to the
+        sampler's counts (train/tracking.py update_counts), which every env then carries."""
+        counts = state.start_counts[0]
+        if self.tracking:
+            failed = state.done & ~state.truncated
+            counts = jax.lax.stop_gradient(TR.update_counts(counts, state.step, failed, self.per_bin,
+                                                            self.cfg.tracking.count_alpha))
+        rst = jax.lax.stop_gradient(jax.vmap(self.reset, in_axes=(0, None))(keys, counts))
+        out = jax.tree.map(lambda a, b: jnp.where(jnp.reshape(state.done, state.done.shape + (1,) * (a.ndim - 1)), a, b),
+                           rst, state)
+        return out.replace(start_counts=jnp.broadcast_to(counts, state.start_counts.shape))
+
+    @staticmethod
+    def _kinematics(mx: mjx.Model, data: mjx.Data) -> mjx.Data:
+        """data's body poses and velocities (xpos, xmat, cvel, subtree_com) for its qpos / qvel."""
+        return mjx.com_vel(mx, mjx.com_pos(mx, mjx.kinematics(mx, data)))
 
     def step(self, state: EnvState, action: jax.Array) -> EnvState:
         cfg = self.cfg
@@ -490,10 +612,12 @@ class G1Env:
             return d, (self.sphere_forces(d), jnp.sum(tau ** 2))
 
         data, (forces, tau_sq) = jax.lax.scan(substep, data, None, length=cfg.substeps)
+        if self.tracking:
+            data = self._kinematics(mx, data)
         contact_force = forces.max(0)
         step = state.step + 1
         reward, fell, metrics = self._evaluate(data, step, action, state.last_action, tau_sq.mean(), contact_force)
-        truncated = step >= self.episode_length
+        truncated = step >= state.end_step
         new = state.replace(data=data, step=step, last_action=action, reward=reward, done=fell | truncated,
                             truncated=truncated, metrics=metrics, contact_force=contact_force, rng=rng)
         return new.replace(obs=self.observe(new))

@@ -28,14 +28,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from train.bcg import BCGConfig, _tree_where, bcg_rollout_step, init_slots, num_slots, step_keys
+from train.bcg import BCGConfig, bcg_rollout_step, init_slots, num_slots, step_keys
 from train.env import EnvState, G1Env
 
 
 def auto_reset(env: G1Env, state: EnvState, keys: jax.Array) -> EnvState:
-    """Replace done envs by fresh resets (stop_gradient); keys: (N, 2) per-env reset keys."""
-    rst = jax.lax.stop_gradient(jax.vmap(env.reset)(keys))
-    return _tree_where(state.done, rst, state)
+    """Replace done envs by fresh resets (stop_gradient; G1Env.reset_done); keys: (N, 2) per-env reset keys."""
+    return env.reset_done(state, keys)
 
 
 def make_plain_step(env: G1Env, policy_fn, params):

@@ -1,0 +1,272 @@
+"""The whole-body tracking task (train/tracking.py, env.task = "tracking"): reward kernels against hand-computed
+values, the terminations' thresholds, the adaptive start sampler (counts -> probabilities by hand, the uniform
+floor, reproducible draws), the episode windows, the configuration; and one jitted smoke of the env on the
+box_lift clip whose observation is the one policies' builders make from the same state."""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from train import tracking as TR
+
+B = 4  # bodies in the hand-made poses: anchor first
+
+
+def _rz(a):
+    c, s = math.cos(a), math.sin(a)
+    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+
+
+def _rx(a):
+    c, s = math.cos(a), math.sin(a)
+    return np.array([[1.0, 0.0, 0.0], [0.0, c, -s], [0.0, s, c]])
+
+
+def _pose():
+    pos = np.array([[0.0, 0.0, 1.0], [0.1, 0.1, 0.6], [-0.1, 0.0, 0.1], [0.2, -0.3, 1.1]])
+    rot = np.stack([_rz(0.1), _rx(0.2), np.eye(3), _rz(-0.3) @ _rx(0.1)])
+    return pos, rot
+
+
+def _inputs(pos, rot, ref_pos, ref_rot, lin=None, q=None, **kw):
+    z = jnp.zeros((B, 3))
+    base = dict(anchor=0, body_pos=jnp.asarray(pos), body_rot=jnp.asarray(rot),
+                body_lin_vel=z if lin is None else jnp.asarray(lin), body_ang_vel=z,
+                ref_body_pos=jnp.asarray(ref_pos), ref_body_rot=jnp.asarray(ref_rot), ref_body_lin_vel=z,
+                ref_body_ang_vel=z, q=jnp.zeros(29) if q is None else jnp.asarray(q), ref_q=jnp.zeros(29),
+                action=jnp.zeros(29), last_action=jnp.zeros(29), ref_action=jnp.zeros(29),
+                torque_sq=jnp.asarray(0.0), fell=jnp.asarray(False))
+    base.update(kw)
+    return TR.TrackingInputs(**base)
+
+
+CFG = TR.TrackingConfig()
+KERNELS = ("anchor_pos", "anchor_ori", "body_pos", "body_ori", "body_lin_vel", "body_ang_vel", "joint_pos")
+
+
+def _terms(*a, **kw):
+    return {k: float(v) for k, v in TR.reward_terms(_inputs(*a, **kw), CFG).items()}
+
+
+def test_reward_kernels_are_one_on_the_reference():
+    pos, rot = _pose()
+    t = _terms(pos, rot, pos, rot)
+    assert all(t[k] == pytest.approx(1.0, abs=1e-6) for k in KERNELS)
+    assert t["action_rate"] == 0 and t["fall"] == 0
+
+
+def test_reward_kernels_hand_computed():
+    pos, rot = _pose()
+    # the whole robot 0.1 m along x: the anchor term sees it, the bodies relative to the anchor do not
+    t = _terms(pos + [0.1, 0.0, 0.0], rot, pos, rot)
+    assert t["anchor_pos"] == pytest.approx(math.exp(-0.1 ** 2 / 0.3 ** 2), rel=1e-6)
+    assert t["body_pos"] == pytest.approx(1.0, abs=1e-6) and t["anchor_ori"] == pytest.approx(1.0, abs=1e-6)
+    # 5 cm higher: the relative reference keeps the reference anchor's height, so every body is 5 cm off
+    t = _terms(pos + [0.0, 0.0, 0.05], rot, pos, rot)
+    assert t["anchor_pos"] == pytest.approx(math.exp(-0.05 ** 2 / 0.09), rel=1e-6)
+    assert t["body_pos"] == pytest.approx(math.exp(-0.05 ** 2 / 0.09), rel=1e-6)
+    # the whole robot turned 0.3 rad about z through the anchor: only the anchor's orientation term sees it
+    turn = _rz(0.3)
+    t = _terms(pos[0] + (pos - pos[0]) @ turn.T, turn @ rot, pos, rot)
+    assert t["anchor_ori"] == pytest.approx(math.exp(-4 * math.sin(0.15) ** 2 / 0.4 ** 2), rel=1e-6)
+    assert t["body_pos"] == pytest.approx(1.0, abs=1e-6) and t["body_ori"] == pytest.approx(1.0, abs=1e-6)
+    # one body tilted 0.4 rad about x: body_ori is the mean over the 4 bodies
+    rot2 = rot.copy()
+    rot2[2] = rot[2] @ _rx(0.4)
+    t = _terms(pos, rot2, pos, rot)
+    assert t["body_ori"] == pytest.approx(math.exp(-4 * math.sin(0.2) ** 2 / B / 0.4 ** 2), rel=1e-6)
+    # one body 0.5 m/s off: the mean over bodies of the squared error
+    lin = np.zeros((B, 3))
+    lin[1, 0] = 0.5
+    assert _terms(pos, rot, pos, rot, lin=lin)["body_lin_vel"] == pytest.approx(math.exp(-0.25 / B / 1.0), rel=1e-6)
+    # one joint 0.1 rad off: sigma^2 = 1 / K_JOINT_POS = 0.5
+    q = np.zeros(29)
+    q[3] = 0.1
+    assert _terms(pos, rot, pos, rot, q=q)["joint_pos"] == pytest.approx(math.exp(-0.01 / 0.5), rel=1e-6)
+
+
+def test_rot_err_sq_is_the_chordal_angle():
+    for th in (0.0, 0.1, 0.4, 1.0, 3.0):
+        e = float(TR.rot_err_sq(jnp.asarray(_rx(th) @ _rz(0.7)), jnp.asarray(_rz(0.7))))
+        assert e == pytest.approx(4 * math.sin(th / 2) ** 2, rel=1e-5, abs=1e-7)  # float32
+        if th <= 0.4:
+            assert abs(e - th ** 2) <= th ** 4 / 12 + 1e-6  # theta^2 within theta^2 / 12 (relative)
+    g = jax.grad(lambda a: TR.rot_err_sq(jnp.asarray(_rz(0.2)) @ TR.axis_angle(jnp.array([1.0, 0, 0]), a),
+                                         jnp.asarray(_rz(0.2))))(0.0)
+    assert np.isfinite(float(g))  # smooth at zero error, where theta^2 through arccos is not
+
+
+def test_terminations_at_the_stated_thresholds():
+    pos, rot = _pose()
+    ee = np.array([2, 3])
+
+    def failed(p, r):
+        return bool(TR.tracking_failed(0, ee, jnp.asarray(p), jnp.asarray(r), jnp.asarray(pos), jnp.asarray(rot), CFG))
+
+    assert not failed(pos, rot)
+    up = pos.copy()
+    up[0, 2] += 0.24
+    assert not failed(up, rot)
+    up[0, 2] += 0.02  # anchor 0.26 m off
+    assert failed(up, rot)
+    hand = pos.copy()
+    hand[3, 2] -= 0.26  # an end effector 0.26 m low
+    assert failed(hand, rot)
+    hand = pos.copy()
+    hand[1, 2] -= 0.5  # a body that is not an end effector: not a termination
+    assert not failed(hand, rot)
+    # the anchor's projected gravity z moves by 1 - cos(theta) from upright-ish R[2, 2]
+    base = float(rot[0, 2, 2])
+    ok, bad = rot.copy(), rot.copy()
+    ok[0] = rot[0] @ _rx(math.acos(base - 0.79) - math.acos(base))
+    bad[0] = rot[0] @ _rx(math.acos(base - 0.81) - math.acos(base))
+    assert not failed(pos, ok) and failed(pos, bad)
+
+
+def test_start_probabilities_by_hand():
+    counts = jnp.array([0.0, 0.0, 1.0, 0.0])
+    k = np.array([1.0, 0.8, 0.64]) / 2.44  # lambda^j, j = 0..2, normalised
+    smooth = np.array([k[2], k[1], k[0], 0.0])  # bin i: sum_j k_j counts[i + j]
+    want = 0.9 * smooth / smooth.sum() + 0.1 / 4
+    p = np.asarray(TR.start_probabilities(counts, 3, 0.8, 0.1))
+    np.testing.assert_allclose(p, want, rtol=1e-6)
+    assert p.sum() == pytest.approx(1.0) and p.min() == pytest.approx(0.1 / 4)  # the floor
+    # the last bin repeats past the end: a failure there weighs fully on it
+    np.testing.assert_allclose(TR.start_probabilities(jnp.array([0.0, 0.0, 0.0, 2.0]), 3, 0.8, 0.0),
+                               [0, k[2], k[1] + k[2], 1.0] / (1.0 + k[1] + 2 * k[2]), rtol=1e-6)
+    np.testing.assert_allclose(TR.start_probabilities(jnp.zeros(5), 3, 0.8, 0.1), np.full(5, 0.2))
+    np.testing.assert_allclose(TR.start_probabilities(counts, 3, 0.8, 1.0), np.full(4, 0.25), rtol=1e-6)
+
+
+def test_failure_counts_moving_average():
+    c = TR.update_counts(jnp.array([1.0, 0.0, 0.0]), jnp.array([10, 60, 149, 120]), jnp.array([True, True, True, False]),
+                         per_bin=50, alpha=0.1)
+    np.testing.assert_allclose(c, [0.9 + 0.1, 0.1, 0.1])  # frames 10 -> bin 0, 60 -> 1, 149 -> 2 (120: not failed)
+    assert int(TR.bin_of(10 ** 6, 50, 3)) == 2
+
+
+def test_start_frames_follow_the_probabilities_and_are_reproducible():
+    probs = jnp.array([0.1, 0.6, 0.3])
+    keys = jax.random.split(jax.random.PRNGKey(0), 6000)
+    draw = jax.vmap(lambda k: TR.sample_start(k, probs, 50, 140))
+    f = np.asarray(draw(keys))
+    np.testing.assert_array_equal(f, np.asarray(draw(keys)))  # the same keys, the same frames
+    assert f.min() >= 0 and f.max() <= 138  # at most the last frame - 1
+    share = np.bincount(np.minimum(f // 50, 2), minlength=3) / f.size
+    np.testing.assert_allclose(share, [0.1, 0.6, 0.3], atol=3 * math.sqrt(0.25 / f.size))
+    assert len(np.unique(f[f // 50 == 1])) == 50  # uniform within a bin
+
+
+def test_bins_and_windows():
+    assert TR.num_bins(751, 0.02, 1.0) == 15 and TR.frames_per_bin(0.02, 1.0) == 50
+    assert TR.num_bins(325, 0.02, 1.0) == 7
+    assert int(TR.window_end(0, 751, 100)) == 100 and int(TR.window_end(700, 751, 100)) == 750
+
+
+def test_config_derives_the_observation_and_round_trips():
+    import yaml
+
+    from policies.observation import TRACKING_OBS_TERMS
+    from train.config import from_dict, preset
+
+    cfg = preset("cpu", motion="box_lift").with_overrides({"env": {"task": "tracking", "tracking": {"window_s": 3.0}}})
+    assert cfg.env.obs_terms == TRACKING_OBS_TERMS and cfg.env.tracking.window_s == 3.0
+    assert from_dict(yaml.safe_load(yaml.safe_dump(cfg.to_dict()))) == cfg
+    for bad, msg in [({"task": "dance"}, "env.task"), ({"tracking": {"sigma_body_pos": 0}}, "sigma_body_pos"),
+                     ({"tracking": {"weights": [["bogus", 1.0]]}}, "bogus"),
+                     ({"tracking": {"uniform_floor": 2}}, "uniform_floor")]:
+        with pytest.raises(ValueError, match=msg):
+            preset("cpu").with_overrides({"env": bad})
+
+
+def test_recipes_train_the_clips_as_tracking():
+    from train.cli import recipe
+
+    for motion in ("dance", "box_lift"):
+        assert "env.task=tracking" in recipe(motion)
+
+
+# ---------------------------------------------------------------------------------------------- the env
+@pytest.fixture(scope="module")
+def tracking_env():
+    from motions import load_motion
+    from train import domain_rand as DR
+    from train.env import EnvConfig, G1Env
+
+    cfg = EnvConfig(domain_rand=DR.DomainRandConfig.off(), obs_noise=0.0, task="tracking")
+    return G1Env(cfg, load_motion("box_lift"))
+
+
+@pytest.mark.jax
+def test_tracking_env_smoke_and_observation_contract(tracking_env):
+    """A few jitted steps of 2 envs on box_lift: finite rewards and observations, failures counted into the
+    sampler, truncation at the window's end; the observation is policies.observation's from the same state
+    with motion_anchor_ori_b as policies.tracking builds it (the runtime's FK of the anchor); body velocities
+    are C MuJoCo's."""
+    import mujoco
+
+    from policies import observation as O
+    from policies.tracking import Reference, TrackingSpec, TrackingTerms
+    from robots.physics import quat_rotate_inverse
+
+    env = tracking_env
+    assert env.observation_size == O.obs_size(O.term_specs(O.TRACKING_OBS_TERMS))
+    s = env.reset_batch(jax.random.PRNGKey(1), 2)
+    assert np.all(np.asarray(s.end_step) == np.minimum(np.asarray(s.step) + 100, 324))
+    step = jax.jit(jax.vmap(env.step))
+    reset_done = jax.jit(env.reset_done)
+    for k in range(3):
+        s = step(s, env._ref_action[jnp.minimum(s.step + 1, env.episode_length)])  # the reference's own targets
+        assert np.all(np.isfinite(np.asarray(s.reward))) and np.all(np.isfinite(np.asarray(s.obs)))
+    # observation of env 0 == the numpy builders' on the same state
+    qpos, qvel = np.asarray(s.data.qpos[0], float), np.asarray(s.data.qvel[0], float)
+    q, quat, k = qpos[env.qadr], qpos[3:7], int(s.step[0])
+    ref_quat = np.array([_mat_quat(r) for r in np.asarray(env._ref_body_rot[:, env.anchor])])
+    tt = TrackingTerms(TrackingSpec(anchor_body="torso_link"),
+                       Reference(np.asarray(env._ref_q), np.asarray(env._ref_dq), None, ref_quat), np.arange(29))
+    start = np.asarray(env._start_qpos[0], float)  # the runtime aligns the clip at its step 0: the robot there
+    tt.update(0, start[env.qadr], start[3:7])
+    assert np.allclose(tt.align, np.eye(3), atol=1e-6)  # the robot started on the reference's heading
+    tt.update(k, q, quat)
+    from policies.runtime import observation_inputs
+
+    inputs = observation_inputs(k, np.asarray(env._ref_q, float), np.asarray(env._ref_h, float), env.cfg.control_dt,
+                                env.duration, gyro=qvel[3:6], quat=quat, q=q, dq=qvel[env.dadr],
+                                last_action=np.asarray(s.last_action[0], float),
+                                base_lin_vel=quat_rotate_inverse(quat, qvel[0:3]), base_height=qpos[2],
+                                anchor_ori_b=tt.anchor_ori_b)
+    np.testing.assert_allclose(np.asarray(s.obs[0]), O.build_observation(env.obs_specs, inputs), atol=2e-5)
+    # body kinematics == C MuJoCo's at the same state (velocities: the body Jacobians times qvel)
+    m = env.mj_model
+    d = mujoco.MjData(m)
+    d.qpos[:], d.qvel[:] = qpos, qvel
+    mujoco.mj_forward(m, d)
+    pos, rot, lin, ang = (np.asarray(x[0]) for x in jax.vmap(env.body_kinematics)(s.data))
+    jp, jr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
+    for i, b in enumerate(env.track_body):
+        mujoco.mj_jacBody(m, d, jp, jr, int(b))
+        np.testing.assert_allclose(pos[i], d.xpos[b], atol=1e-5)
+        np.testing.assert_allclose(rot[i].reshape(9), d.xmat[b], atol=1e-5)
+        np.testing.assert_allclose(lin[i], jp @ qvel, atol=1e-4)
+        np.testing.assert_allclose(ang[i], jr @ qvel, atol=1e-4)
+    # a failure (forced) is counted in its bin and every env carries the counts
+    failed = s.replace(done=jnp.array([True, False]), truncated=jnp.array([False, False]))
+    r = reset_done(failed, jax.random.split(jax.random.PRNGKey(2), 2))
+    counts = np.asarray(r.start_counts)
+    b = int(s.step[0]) // env.per_bin
+    assert counts[0, b] == pytest.approx(env.cfg.tracking.count_alpha) and np.all(counts[0] == counts[1])
+    assert counts[0].sum() == pytest.approx(env.cfg.tracking.count_alpha)
+    np.testing.assert_array_equal(np.asarray(r.step[1]), np.asarray(s.step[1]))  # not done: kept
+    # truncation at the window's end
+    late = s.replace(end_step=s.step + 1)
+    assert np.all(np.asarray(step(late, late.last_action).truncated))
+
+
+def _mat_quat(r):
+    from robots.body_frames import mat_to_quat
+
+    return mat_to_quat(r)
