@@ -104,6 +104,8 @@ def realistic_observations(motion, terms: Sequence[str], rng: np.random.Generato
     """Observations a policy sees while tracking `motion`, built with the one observation builder
     (the reference window, state near the reference, small noise)."""
     from policies.observation import ObsInputs, build_observation, reference_window, term_specs
+    from policies.tracking import rot6d
+    from robots.body_frames import quat_to_mat
 
     specs = term_specs(terms)
     T = motion.ref_q.shape[0]
@@ -117,7 +119,9 @@ def realistic_observations(motion, terms: Sequence[str], rng: np.random.Generato
         gyro=rng.normal(0, 0.3, (n, 3)), quat=quat, q=motion.ref_q[steps] + rng.normal(0, 0.03, (n, 29)),
         dq=dq + rng.normal(0, 0.3, (n, 29)), last_action=rng.normal(0, 0.5, (n, 29)),
         base_lin_vel=vel + rng.normal(0, 0.05, (n, 3)), base_height=motion.ref_height[steps] + rng.normal(0, 0.01, n),
-        phase=steps / max(T - 1, 1), ref_q=np.stack(rq), ref_height=np.stack(rh))
+        phase=steps / max(T - 1, 1), ref_q=np.stack(rq), ref_height=np.stack(rh),
+        # the tracking term: the reference anchor a small turn away (the same small rotations as the pelvis's)
+        anchor_ori_b=np.stack([rot6d(quat_to_mat(x)) for x in quat]))
     return build_observation(specs, inp).astype(np.float32)
 
 
