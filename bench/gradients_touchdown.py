@@ -57,7 +57,7 @@ class Scenario:
     slot budget), so they run as a vmap over single-env rollouts and yield per-env gradients; bcg_ours's
     slot budget couples the envs of a batch, so it yields the batch gradient only."""
 
-    def __init__(self, mode: str, horizon: int, num_envs: int, local: int = 0):
+    def __init__(self, mode: str, horizon: int, num_envs: int, local: int = 0, pre_trigger: float | None = None):
         self.N, self.H, self.mode, self.M = num_envs, horizon, mode, local
         self.env = env = G1Env(EnvConfig(contact="impulse", impulse_mode=mode, domain_rand=DR.DomainRandConfig.off(),
                                          obs_noise=0.0), hold_pose_motion(horizon + 8, "hold"))
@@ -104,6 +104,9 @@ class Scenario:
             return jax.jit(jax.vmap(g, in_axes=(None, 0, None)))
 
         self.per_env = {"plain": per_env(None), "bcg_seed": per_env(self.bcg["bcg_seed"])}
+        if pre_trigger is not None:  # the seed's bundle, also opened by a foot within pre_trigger m of the floor
+            self.bcg["bcg_seed_pre"] = self.bcg["bcg_seed"].replace(trigger_height=pre_trigger)
+            self.pre = per_env(self.bcg["bcg_seed_pre"])
         self.batch = {"bcg_ours": jax.jit(jax.grad(lambda th, key, kp: ret(th, key, num_envs, kp, self.bcg["bcg_ours"]),
                                                    has_aux=True))}
         self.local = jax.jit(jax.vmap(local_grads, in_axes=(None, 0, None))) if local > 1 else None
@@ -163,6 +166,26 @@ def add_local(sc: Scenario, kappa: float, row: dict) -> dict:
     return {**row, "local": local_summary(local, seed_var)}
 
 
+def add_pre_trigger(sc: Scenario, kappa: float, row: dict) -> dict:
+    """The seed's bundle with a pre-contact trigger (BCGConfig.trigger_height) beside a row already measured, on
+    the same seeds: its seed variance and batch variance, and their ratios to the row's plain."""
+    per, G, bundled = [], [], []
+    for sd in range(row["seeds"]):
+        keys = jax.random.split(jax.random.PRNGKey(1000 + sd), sc.N)
+        g, (b, _) = jax.block_until_ready(sc.pre(sc.theta, keys, kappa))
+        g = np.asarray(g)
+        per.append(g.var(0, ddof=1).sum())
+        G.append(g.mean(0))
+        bundled.append(float(np.mean(b)))
+    sv, G = np.array(per), np.stack(G)
+    r = {"trigger_height_m": sc.bcg["bcg_seed_pre"].trigger_height, "seed_var": float(sv.mean()),
+         "seed_var_ci90": _boot(sv, np.mean), "batch_var": batch_var(G), "batch_var_ci90": _boot(G, batch_var),
+         "bundled": float(np.mean(bundled))}
+    r["ratio_seed_var"] = r["seed_var"] / row["plain"]["seed_var"]
+    r["ratio_batch_var"] = r["batch_var"] / row["plain"]["batch_var"]
+    return {**row, "bcg_seed_pre": r}
+
+
 def study(sc: Scenario, kappa: float, seeds: int) -> dict:
     per = {k: [] for k in ESTIMATORS}
     local = []
@@ -199,6 +222,14 @@ def study(sc: Scenario, kappa: float, seeds: int) -> dict:
     return row
 
 
+def _pre_cell(row: dict) -> str:
+    pre = row.get("bcg_seed_pre")
+    if not pre:
+        return "-"
+    lo, hi = (x / row["plain"]["seed_var"] for x in pre["seed_var_ci90"])
+    return f"{pre['ratio_seed_var']:.2f} ({lo:.2f}-{hi:.2f}; {pre['bundled']:.2f}, {100 * pre['trigger_height_m']:g} cm)"
+
+
 def _local_cell(loc: dict | None) -> str:
     return "-" if not loc else f"{loc['local_share']:.3f} ({loc['bound_seed_var']:.2f})"
 
@@ -207,8 +238,8 @@ def render_gradients_touchdown_table(results: dict) -> str:
     """Markdown table of results/gradients_touchdown.json."""
     lines = ["| mode | kappa | H | envs x seeds | touch-down step | plain seed var | BCG-seed / plain (seed var, 90 % CI) "
              "| BCG-seed / plain (batch var) | BCG-ours / plain (batch var) | bundled (seed / ours) | cos BCG-seed vs plain "
-             "| local share of seed var (lowest ratio a bundle admits) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| local share of seed var (lowest ratio a bundle admits) | BCG-seed, pre-contact trigger / plain (seed var, 90 % CI; bundled) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results["rows"]:
         p, s, o = r["plain"], r["bcg_seed"], r["bcg_ours"]
         lo, hi = (x / p["seed_var"] for x in s["seed_var_ci90"])
@@ -216,7 +247,7 @@ def render_gradients_touchdown_table(results: dict) -> str:
             f"| {r['mode']} | {r['kappa']:g} | {r['horizon']} | {r['envs']} x {r['seeds']} | {p['touchdown_step']:.1f} "
             f"| {p['seed_var']:.3g} | {s['ratio_seed_var']:.2f} ({lo:.2f}-{hi:.2f}) | {s['ratio_batch_var']:.2f} "
             f"| {o['ratio_batch_var']:.2f} | {s['bundled']:.2f} / {o['bundled']:.2f} | {s['cos_vs_plain']:.2f} "
-            f"| {_local_cell(r.get('local'))} |")
+            f"| {_local_cell(r.get('local'))} | {_pre_cell(r)} |")
     return "\n".join(lines)
 
 
@@ -231,24 +262,29 @@ def main(argv=None) -> int:
                     help="perturbed copies per env for the local variance (0: skip)")
     ap.add_argument("--add-local", action="store_true",
                     help="only add the local measure to rows already in --out (plain recomputed and checked against them)")
+    ap.add_argument("--add-pre-trigger", type=float, default=None, metavar="M",
+                    help="only add the seed's bundle with a pre-contact trigger (a foot below M m) to rows already in --out")
     ap.add_argument("--out", default=None, help="write the JSON here (rows already there for other settings are kept)")
     a = ap.parse_args(argv)
     if a.envs < 2 or a.seeds < 2:
         ap.error("--envs and --seeds must be >= 2 (variances)")
     if a.add_local and (a.local < 2 or not a.out):
         ap.error("--add-local needs --local >= 2 and --out with the rows to complete")
+    if a.add_pre_trigger is not None and (not a.out or not a.add_pre_trigger > 0):
+        ap.error("--add-pre-trigger needs a height > 0 (m) and --out with the rows to complete")
     old = json.loads(Path(a.out).read_text())["rows"] if a.out and Path(a.out).is_file() else []
     rows = []
     for H in a.horizons:
         for mode in a.modes:
-            sc = Scenario(mode, H, a.envs, a.local)
+            sc = Scenario(mode, H, a.envs, a.local, a.add_pre_trigger)
             for kappa in (a.kappas if mode != "hard" else a.kappas[-1:]):  # hard ignores kappa
-                if a.add_local:
+                if a.add_pre_trigger is not None or a.add_local:
                     have = [r for r in old if (r["mode"], r["kappa"], r["horizon"], r["envs"]) == (mode, kappa, H, a.envs)]
                     if not have:
                         print(f"no {mode} kappa {kappa:g} H {H} x {a.envs} row in {a.out}: skipped", flush=True)
                         continue
-                    row = add_local(sc, kappa, have[0])
+                    row = (add_pre_trigger(sc, kappa, have[0]) if a.add_pre_trigger is not None
+                           else add_local(sc, kappa, have[0]))
                 else:
                     row = study(sc, kappa, a.seeds)
                 rows.append(row)

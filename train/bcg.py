@@ -57,6 +57,10 @@ class BCGConfig:
     # per-joint bounds of the offsets (rad, rad/s); None: unbounded. The seed clamps to 0.1 rad, 0.5 rad/s
     clamp_q: float | None = None
     clamp_v: float | None = None
+    # also trigger when a foot's lowest sole sphere is below this height above the floor (m; the env's foot height
+    # metric of the step before), so a bundle can open on the step before a touch-down and hold the impact; None:
+    # contact triggers only (the seed's: the first bundle opens the step after the impact)
+    trigger_height: float | None = None
 
     def replace(self, **kw) -> "BCGConfig":
         return dataclasses.replace(self, **kw)
@@ -73,7 +77,7 @@ class BCGConfig:
 jax.tree_util.register_dataclass(
     BCGConfig,
     data_fields=["sigma_p", "sigma_v", "tau", "damping"],
-    meta_fields=["enabled", "branches", "horizon", "max_bundled_envs", "clamp_q", "clamp_v"],
+    meta_fields=["enabled", "branches", "horizon", "max_bundled_envs", "clamp_q", "clamp_v", "trigger_height"],
 )
 
 
@@ -187,6 +191,16 @@ def init_slots(env: G1Env, state: EnvState, cfg: BCGConfig) -> Slots:
     return Slots(br, idx, jnp.zeros(K, jnp.int32), jnp.zeros(K, bool), s.obs)
 
 
+def bundle_trigger(contact_force, sphere_foot, foot_height, cfg: BCGConfig):
+    """(triggered (N,), feet to perturb (N, 2)): a foot with a sphere force above cfg.tau, or, with
+    cfg.trigger_height, a foot whose lowest sphere is below that height. contact_force (N, S); foot_height (N, 2)."""
+    stiff, feet = stiff_contact(contact_force, sphere_foot, cfg.tau)
+    if cfg.trigger_height is not None:
+        near = foot_height < cfg.trigger_height
+        stiff, feet = stiff | near.any(-1), feet | near
+    return stiff, feet
+
+
 def bcg_rollout_step(env: G1Env, policy_fn, params, cfg: BCGConfig, state: EnvState, slots: Slots,
                      key: jax.Array, last: jax.Array):
     """One control step of a batched BCG rollout (module doc). `last`: the rollout's final step
@@ -197,7 +211,8 @@ def bcg_rollout_step(env: G1Env, policy_fn, params, cfg: BCGConfig, state: EnvSt
 
     # assign free slots to the stiffest not-yet-bundled envs
     in_slot = jnp.zeros(N, jnp.int32).at[slots.idx].max(slots.active.astype(jnp.int32)) > 0
-    stiff, stiff_feet = stiff_contact(state.contact_force, env.sphere_foot, cfg.tau)
+    feet_h = jnp.stack([state.metrics["foot_height_left"], state.metrics["foot_height_right"]], -1)
+    stiff, stiff_feet = bundle_trigger(state.contact_force, env.sphere_foot, feet_h, cfg)
     cand = stiff & ~in_slot
     top_score, top_idx = jax.lax.top_k(jnp.where(cand, state.contact_force.max(-1), -1.0), K)
     top_valid = cand[top_idx]
