@@ -234,6 +234,23 @@ def _local_cell(loc: dict | None) -> str:
     return "-" if not loc else f"{loc['local_share']:.3f} ({loc['bound_seed_var']:.2f})"
 
 
+def render_gradients_touchdown_headline(results: dict) -> str:
+    """The README's short form: per contact mode, what the seed's bundle does to the seed's own variance measure."""
+    lines = ["| contact (kappa 300, 8 steps, landing from flight) | the seed's bundle / plain, seed's variance measure (90 % CI) "
+             "| with a pre-contact trigger | share of the measure a 1 cm bundle can average |", "|---|---|---|---|"]
+    for r in results["rows"]:
+        if (r["kappa"], r["horizon"]) != (300.0, 8):
+            continue
+        p, s = r["plain"], r["bcg_seed"]
+        lo, hi = (x / p["seed_var"] for x in s["seed_var_ci90"])
+        pre = r.get("bcg_seed_pre")
+        pre_cell = "-" if not pre else "{:.2f} ({:.2f}-{:.2f})".format(
+            pre["ratio_seed_var"], *(x / p["seed_var"] for x in pre["seed_var_ci90"]))
+        share = "-" if not r.get("local") else f"{r['local']['local_share']:.2f}"
+        lines.append(f"| impulse, {r['mode']} | {s['ratio_seed_var']:.2f} ({lo:.2f}-{hi:.2f}) | {pre_cell} | {share} |")
+    return "\n".join(lines)
+
+
 def render_gradients_touchdown_table(results: dict) -> str:
     """Markdown table of results/gradients_touchdown.json."""
     lines = ["| mode | kappa | H | envs x seeds | touch-down step | plain seed var | BCG-seed / plain (seed var, 90 % CI) "

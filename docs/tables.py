@@ -58,6 +58,8 @@ TABLES: dict[str, Table] = {
     "cpu_quota": Table("bench.cpu_quota:render_cpu_quota_table", ("results/cpu_quota.json",)),
     "gradients_touchdown": Table("bench.gradients_touchdown:render_gradients_touchdown_table",
                                  ("results/gradients_touchdown.json",)),
+    "gradients_touchdown_headline": Table("bench.gradients_touchdown:render_gradients_touchdown_headline",
+                                          ("results/gradients_touchdown.json",)),
     "contact_cost": Table("bench.contact_cost:render_contact_cost_table", ("results/contact_cost.json",)),
     "impulse_training": Table("experiments.impulse_training:render_impulse_training_table",
                               ("results/impulse_training.json",)),
