@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench.gradients_touchdown import _boot, _local_cell, batch_var, local_summary
+from bench.gradients_touchdown import _boot, _local_cell, batch_var, local_summary, seed_ratio_cell
 from motions import load_motion
 from train import domain_rand as DR
 from train.bcg import BCGConfig, perturb_branches
@@ -163,10 +163,9 @@ def render_gradients_jump_table(results: dict) -> str:
              "| local share (lowest ratio a bundle admits) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results["rows"]:
         p, s, loc = r["plain"], r["bcg_seed"], r.get("local")
-        lo, hi = (x / p["seed_var"] for x in s["seed_var_ci90"])
         lines.append(
             f"| {r['name']} (it {r['checkpoint_step']}) | {r['mode']} | {r['horizon']} | {r['envs']} x {r['seeds']} "
-            f"| {p['seed_var']:.3g} | {s['ratio_seed_var']:.2f} ({lo:.2f}-{hi:.2f}) | {s['ratio_batch_var']:.2f} "
+            f"| {p['seed_var']:.3g} | {seed_ratio_cell(p, s)} | {s['ratio_batch_var']:.2f} "
             f"| {s['bundled']:.2f} | {s['cos_vs_plain']:.2f} | {p['per_env_norm_max_over_median']:.1f} "
             f"| {_local_cell(loc)} |")
     return "\n".join(lines)

@@ -222,12 +222,17 @@ def study(sc: Scenario, kappa: float, seeds: int) -> dict:
     return row
 
 
+def seed_ratio_cell(plain: dict, est: dict) -> str:
+    """est's seed-variance ratio to plain with its 90 % interval (the interval of est's measure over plain's mean)."""
+    lo, hi = (x / plain["seed_var"] for x in est["seed_var_ci90"])
+    return f"{est['seed_var'] / plain['seed_var']:.2f} ({lo:.2f}-{hi:.2f})"
+
+
 def _pre_cell(row: dict) -> str:
     pre = row.get("bcg_seed_pre")
     if not pre:
         return "-"
-    lo, hi = (x / row["plain"]["seed_var"] for x in pre["seed_var_ci90"])
-    return f"{pre['ratio_seed_var']:.2f} ({lo:.2f}-{hi:.2f}; {pre['bundled']:.2f}, {100 * pre['trigger_height_m']:g} cm)"
+    return f"{seed_ratio_cell(row['plain'], pre)[:-1]}; {pre['bundled']:.2f}, {100 * pre['trigger_height_m']:g} cm)"
 
 
 def _local_cell(loc: dict | None) -> str:
@@ -241,13 +246,10 @@ def render_gradients_touchdown_headline(results: dict) -> str:
     for r in results["rows"]:
         if (r["kappa"], r["horizon"]) != (300.0, 8):
             continue
-        p, s = r["plain"], r["bcg_seed"]
-        lo, hi = (x / p["seed_var"] for x in s["seed_var_ci90"])
         pre = r.get("bcg_seed_pre")
-        pre_cell = "-" if not pre else "{:.2f} ({:.2f}-{:.2f})".format(
-            pre["ratio_seed_var"], *(x / p["seed_var"] for x in pre["seed_var_ci90"]))
+        pre_cell = "-" if not pre else seed_ratio_cell(r["plain"], pre)
         share = "-" if not r.get("local") else f"{r['local']['local_share']:.2f}"
-        lines.append(f"| impulse, {r['mode']} | {s['ratio_seed_var']:.2f} ({lo:.2f}-{hi:.2f}) | {pre_cell} | {share} |")
+        lines.append(f"| impulse, {r['mode']} | {seed_ratio_cell(r['plain'], r['bcg_seed'])} | {pre_cell} | {share} |")
     return "\n".join(lines)
 
 
@@ -259,10 +261,9 @@ def render_gradients_touchdown_table(results: dict) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results["rows"]:
         p, s, o = r["plain"], r["bcg_seed"], r["bcg_ours"]
-        lo, hi = (x / p["seed_var"] for x in s["seed_var_ci90"])
         lines.append(
             f"| {r['mode']} | {r['kappa']:g} | {r['horizon']} | {r['envs']} x {r['seeds']} | {p['touchdown_step']:.1f} "
-            f"| {p['seed_var']:.3g} | {s['ratio_seed_var']:.2f} ({lo:.2f}-{hi:.2f}) | {s['ratio_batch_var']:.2f} "
+            f"| {p['seed_var']:.3g} | {seed_ratio_cell(p, s)} | {s['ratio_batch_var']:.2f} "
             f"| {o['ratio_batch_var']:.2f} | {s['bundled']:.2f} / {o['bundled']:.2f} | {s['cos_vs_plain']:.2f} "
             f"| {_local_cell(r.get('local'))} | {_pre_cell(r)} |")
     return "\n".join(lines)
