@@ -160,7 +160,7 @@ def render_gradients_jump_table(results: dict) -> str:
     """Markdown table of results/gradients_jump.json."""
     lines = ["| checkpoint | mode | H | envs x seeds | plain seed var | BCG-seed / plain (seed var, 90 % CI) "
              "| BCG-seed / plain (batch var) | bundled | cos BCG-seed vs plain | max / median per-env norm (plain) "
-             "| local share (lowest ratio a bundle admits) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| local share (8 whole perturbed rollouts averaged) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results["rows"]:
         p, s, loc = r["plain"], r["bcg_seed"], r.get("local")
         lines.append(

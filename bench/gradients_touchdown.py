@@ -23,8 +23,9 @@ Measures per (contact mode, kappa, horizon, estimator), over `seeds` batches of 
   bundle perturbation (1 cm / 1 cm/s at both feet through the legs' damped pseudo-inverse, clamped; the same
   action noise), and the plain gradient taken at each: local_var is the mean over envs of the summed sample
   variance over those M copies, local_share = local_var / seed_var. The seed's measure is the spread of g_i
-  over envs; a bundle of B branches at that scale can remove at most (1 - 1/B) of its local part, so
-  bound_seed_var = 1 - (1 - 1/8) local_share is the lowest BCG-seed / plain ratio this scenario admits.
+  over envs; averaging B whole rollouts from such perturbed starts would remove (1 - 1/B) of its local part:
+  bound_seed_var = 1 - (1 - 1/8) local_share is the ratio that smoothing of the start state would reach. A
+  bundle is narrower: it averages one window's branches and continues from their mean state.
 
     python -m bench.gradients_touchdown [--modes soft mixed hard] [--kappas 50 100 300] [--horizons 8 32]
         [--envs 64] [--seeds 12] [--local 8] [--out results/gradients_touchdown.json]
@@ -143,7 +144,7 @@ def batch_var(g: np.ndarray) -> float:
 def local_summary(local: list[np.ndarray], seed_var: float, branches: int = 8) -> dict:
     """local: per seed, (N envs, M copies, 29) plain gradients of perturbed copies of each env's start.
     local_var: mean over seeds of the mean over envs of the summed sample variance over copies;
-    bound_seed_var = 1 - (1 - 1/B) local_var / seed_var (a B-branch bundle averages only the local part)."""
+    bound_seed_var = 1 - (1 - 1/B) local_var / seed_var: the ratio of averaging B whole perturbed rollouts."""
     lv = np.array([g.var(1, ddof=1).sum(-1).mean() for g in local])
     share = float(lv.mean() / seed_var)
     return {"copies": int(local[0].shape[1]), "local_var": float(lv.mean()), "local_var_ci90": _boot(lv, np.mean),
@@ -242,7 +243,7 @@ def _local_cell(loc: dict | None) -> str:
 def render_gradients_touchdown_headline(results: dict) -> str:
     """The README's short form: per contact mode, what the seed's bundle does to the seed's own variance measure."""
     lines = ["| contact (kappa 300, 8 steps, landing from flight) | the seed's bundle / plain, seed's variance measure (90 % CI) "
-             "| with a pre-contact trigger | share of the measure a 1 cm bundle can average |", "|---|---|---|---|"]
+             "| with a pre-contact trigger | share of the measure from 1 cm perturbations of the feet |", "|---|---|---|---|"]
     for r in results["rows"]:
         if (r["kappa"], r["horizon"]) != (300.0, 8):
             continue
@@ -257,7 +258,7 @@ def render_gradients_touchdown_table(results: dict) -> str:
     """Markdown table of results/gradients_touchdown.json."""
     lines = ["| mode | kappa | H | envs x seeds | touch-down step | plain seed var | BCG-seed / plain (seed var, 90 % CI) "
              "| BCG-seed / plain (batch var) | BCG-ours / plain (batch var) | bundled (seed / ours) | cos BCG-seed vs plain "
-             "| local share of seed var (lowest ratio a bundle admits) | BCG-seed, pre-contact trigger / plain (seed var, 90 % CI; bundled) |",
+             "| local share of seed var (8 whole perturbed rollouts averaged) | BCG-seed, pre-contact trigger / plain (seed var, 90 % CI; bundled) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results["rows"]:
         p, s, o = r["plain"], r["bcg_seed"], r["bcg_ours"]
