@@ -101,17 +101,26 @@ def render_impulse_training_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def bundle_label(bcg: dict | None) -> str:
+    """The bundle in a few words: trigger, branches B, window (control steps), slots; '-' for plain SHAC."""
+    if not bcg:
+        return "-"
+    trig = f"{bcg['tau']:g} N" if bcg["tau"] >= 1 else "any impulse"
+    return f"{trig}, B {bcg['branches']}, window {bcg['horizon']}, {bcg['max_bundled_envs']} slots"
+
+
 def summary_by_setting(results: dict) -> list[dict]:
-    """Rows grouped by (algorithm, contact, mode, kappa, relaxation): seeds, falls/20 per seed and their mean,
-    standing and wall time."""
+    """Rows grouped by (algorithm, bundle, contact, mode, kappa, relaxation): seeds, falls/20 per seed and their
+    mean, standing and wall time."""
     groups: dict = {}
     for r in results["rows"]:
-        key = (r["algo"], r["contact"], r["impulse_mode"], r["kappa"], r.get("relaxation"))
+        key = (r["algo"], bundle_label(r.get("bcg")), r["contact"], r["impulse_mode"], r["kappa"], r.get("relaxation"))
         groups.setdefault(key, []).append(r)
     out = []
-    for (algo, contact, mode, kappa, relax), rows in groups.items():
+    for (algo, bundle, contact, mode, kappa, relax), rows in groups.items():
         falls = [r["eval_seed0"]["falls"] for r in rows]
-        out.append({"algo": algo, "contact": contact, "impulse_mode": mode, "kappa": kappa, "relaxation": relax,
+        out.append({"algo": algo, "bundle": bundle, "contact": contact, "impulse_mode": mode, "kappa": kappa,
+                    "relaxation": relax,
                     "seeds": [r["seed"] for r in rows], "falls": falls, "falls_mean": sum(falls) / len(falls),
                     "stood": [r["eval_seed0"]["stood_at_end"] for r in rows],
                     "iterations": [r["iterations_run"] for r in rows],
@@ -135,11 +144,11 @@ def render_bundle_activity_table(results: dict) -> str:
 
 def render_impulse_training_summary(results: dict) -> str:
     """Markdown table: per setting, the seeds' falls/20 in C MuJoCo (eval seed 0)."""
-    lines = ["| algorithm | contact | kappa | relaxation | seeds | falls/20 per seed | mean falls/20 | stood per seed "
-             "| iterations per seed | mean wall min |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| algorithm | bundle | contact | kappa | relaxation | seeds | falls/20 per seed | mean falls/20 "
+             "| stood per seed | iterations per seed | mean wall min |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for g in summary_by_setting(results):
         lines.append(
-            f"| {g['algo']} | {g['contact']} {g['impulse_mode'] or ''} | {g['kappa']:g} | {g['relaxation'] or '-'} "
+            f"| {g['algo']} | {g['bundle']} | {g['contact']} {g['impulse_mode'] or ''} | {g['kappa']:g} | {g['relaxation'] or '-'} "
             f"| {len(g['seeds'])} | {' / '.join(map(str, g['falls']))} | {g['falls_mean']:.1f} "
             f"| {' / '.join(map(str, g['stood']))} | {' / '.join(map(str, g['iterations']))} | {g['wall_min_mean']:.0f} |")
     return "\n".join(lines)

@@ -23,7 +23,8 @@ def test_bundle_activity_of_a_run_folder(tmp_path):
 
 
 def _row(algo, seed, falls, relax="block"):
-    return {"algo": algo, "contact": "impulse", "impulse_mode": "soft", "kappa": 300.0, "relaxation": relax,
+    bcg = dict(tau=400.0, branches=4, horizon=2, max_bundled_envs=4) if algo == "bcg" else None
+    return {"algo": algo, "bcg": bcg, "contact": "impulse", "impulse_mode": "soft", "kappa": 300.0, "relaxation": relax,
             "seed": seed, "iterations_run": 100 * (seed + 1), "train_wall_s": 600.0 * (seed + 1),
             "eval_seed0": {"falls": falls, "stood_at_end": 20 - falls}}
 
@@ -36,4 +37,7 @@ def test_summary_groups_seeds_by_setting():
     assert groups[("bcg", "block")]["wall_min_mean"] == pytest.approx(15.0)  # (600 + 1200) / 2 s
     assert groups[("shac", "block")]["seeds"] == [0]
     assert groups[("bcg", "seed")]["falls"] == [2]
-    assert "| bcg | impulse soft | 300 | block | 2 | 4 / 1 | 2.5 | 16 / 19 | 100 / 200 | 15 |" in render_impulse_training_summary(res)
+    assert groups[("bcg", "block")]["bundle"] == "400 N, B 4, window 2, 4 slots"
+    assert ("| bcg | 400 N, B 4, window 2, 4 slots | impulse soft | 300 | block | 2 | 4 / 1 | 2.5 | 16 / 19 | 100 / 200 | 15 |"
+            in render_impulse_training_summary(res))
+    assert "| shac | - | impulse soft |" in render_impulse_training_summary(res)
