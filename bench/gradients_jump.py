@@ -186,19 +186,16 @@ def main(argv=None) -> int:
         ap.error("--envs and --seeds must be >= 2 (variances)")
     if not a.checkpoint.is_file():
         ap.error(f"--checkpoint {a.checkpoint}: no such file (a training run's checkpoints/latest.npz)")
-    old = json.loads(Path(a.out).read_text())["rows"] if a.out and Path(a.out).is_file() else []
-    rows = []
+    key = lambda r: (r["name"], r["mode"], r["horizon"], r["envs"])  # noqa: E731
+    res = {"scenario": "the jump under a trained actor, starts in [take-off - H, landing], nominal physics",
+           "rows": json.loads(Path(a.out).read_text())["rows"] if a.out and Path(a.out).is_file() else []}
     for mode in a.modes:
         row = {"name": a.name, "checkpoint": str(a.checkpoint), **study(JumpScenario(a.checkpoint, mode, a.horizon, a.envs,
                                                                                       a.local), a.seeds)}
-        rows.append(row)
-        print(json.dumps({k: v for k, v in row.items()}), flush=True)
-    key = lambda r: (r["name"], r["mode"], r["horizon"], r["envs"])  # noqa: E731
-    new = {key(r) for r in rows}
-    res = {"scenario": "the jump under a trained actor, starts in [take-off - H, landing], nominal physics",
-           "rows": [r for r in old if key(r) not in new] + rows}
-    if a.out:
-        Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
+        print(json.dumps(row), flush=True)
+        res["rows"] = [r for r in res["rows"] if key(r) != key(row)] + [row]
+        if a.out:  # after every mode: a long run keeps what it measured
+            Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
     print(render_gradients_jump_table(res))
     return 0
 
