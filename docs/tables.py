@@ -60,6 +60,7 @@ TABLES: dict[str, Table] = {
                                  ("results/gradients_touchdown.json",)),
     "gradients_touchdown_headline": Table("bench.gradients_touchdown:render_gradients_touchdown_headline",
                                           ("results/gradients_touchdown.json",)),
+    "gradients_jump": Table("bench.gradients_jump:render_gradients_jump_table", ("results/gradients_jump.json",)),
     "contact_cost": Table("bench.contact_cost:render_contact_cost_table", ("results/contact_cost.json",)),
     "impulse_training": Table("experiments.impulse_training:render_impulse_training_table",
                               ("results/impulse_training.json",)),
