@@ -25,7 +25,7 @@ DEPLOY_VENV := .venv-deploy
 VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
 PYTHON ?= python3
 
-.PHONY: setup setup-deploy lint-imports test test-fast test-slow docs docs-tables gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table estimator-accuracy landing-search forward-jump-search forward-jump-far toe-jump-search contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast link-faults gradients-touchdown impulse-training tracking-policies
+.PHONY: setup setup-deploy lint-imports test test-fast test-slow docs docs-tables gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table estimator-accuracy landing-search forward-jump-search forward-jump-far toe-jump-search contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast link-faults gradients-touchdown gradients-jump impulse-training tracking-policies
 
 setup: $(STAMP)
 
@@ -123,6 +123,12 @@ step-jacobians: setup
 # impulse contact (landing from flight, 64 envs x 12 seeds per setting; hours on this CPU: narrow it with ARGS)
 gradients-touchdown: setup
 	$(PY) -m bench.gradients_touchdown --out results/gradients_touchdown.json $(ARGS)
+
+# results/gradients_jump.json (docs "Experiments"): a jump training's actor gradient over the whole jump, plain vs the
+# seed's bundle, e.g. CHECKPOINT=runs/jump/<stamp>/checkpoints/latest.npz NAME=trained ARGS="--modes hard soft --horizon 16"
+gradients-jump: setup
+	@test -n "$(CHECKPOINT)" -a -n "$(NAME)" || { echo "usage: make gradients-jump CHECKPOINT=runs/jump/<stamp>/checkpoints/<name>.npz NAME=<label>"; exit 2; }
+	$(PY) -m bench.gradients_jump --checkpoint $(CHECKPOINT) --name $(NAME) --out results/gradients_jump.json $(ARGS)
 
 # results/impulse_training.json + docs/impulse_training.png: a finished jump training on the impulse contact
 # as a row, e.g. ARGS="--run runs/jump/<stamp> --name bcg_soft300_s0 --artifact <its export dir> --plot"
