@@ -5,7 +5,9 @@
   YAML below without `onnx_sha256` (the hash covers the ONNX file itself).
 - policy.yaml: everything needed to run it; `validate_for_robot` checks it against robots/.
 - reference.npz: the motion's reference (ref_q [T, 29], ref_height [T]) at control_dt,
-  sampled from t = 0; the observation's reference terms are read from it.
+  sampled from t = 0; the observation's reference terms are read from it. Tracking policies (the YAML's
+  `tracking: {anchor_body: ...}`) add the pelvis states ref_base_pos [T, 3] and ref_base_quat [T, 4]
+  (w, x, y, z): their anchor terms are the forward kinematics of these (policies.tracking).
 """
 from __future__ import annotations
 
@@ -104,6 +106,8 @@ class PolicySpec:
             "motion": {"name": self.motion.name, "duration": float(self.motion.duration)},
             "provenance": dict(self.provenance),
         }
+        if self.tracking is not None:
+            d["tracking"] = {"anchor_body": self.tracking.anchor_body}
         if with_sha:
             d["onnx_sha256"] = self.onnx_sha256
         return d
@@ -122,9 +126,14 @@ class PolicySpec:
                 f"{where}: schema_version {d['schema_version']} is not supported (this toolkit reads "
                 f"{SCHEMA_VERSION}); re-export the policy with this version"
             )
+        tr = d.get("tracking")
+        if tr is not None and not (isinstance(tr, dict) and set(tr) == {"anchor_body"}):
+            raise ArtifactError(f"{where}: tracking must be a mapping with anchor_body only (got {tr!r}); "
+                                "re-export the policy")
         try:
             obs = tuple(ObsTermSpec(str(t["name"]), int(t["size"]), float(t["scale"])) for t in d["observation"])
             return PolicySpec(
+                tracking=TrackingSpec(anchor_body=str(tr["anchor_body"]), source="reference") if tr else None,
                 joint_names=tuple(str(n) for n in d["joint_names"]),
                 control_dt=float(d["control_dt"]),
                 action_scale=float(d["action_scale"]),
@@ -149,6 +158,8 @@ class Artifact:
     onnx_bytes: bytes
     ref_q: np.ndarray  # (T, 29)
     ref_height: np.ndarray  # (T,)
+    ref_base_pos: np.ndarray | None = None  # (T, 3) tracking policies' pelvis position, world
+    ref_base_quat: np.ndarray | None = None  # (T, 4) tracking policies' pelvis orientation, w, x, y, z
 
 
 def robot_spec_fields() -> dict:
@@ -246,6 +257,10 @@ def tracking_errors(spec: PolicySpec) -> list[str]:
     tr = spec.tracking
     if not used:
         return []
+    if tr is not None and tr.source == "reference":  # native: reference.npz's states (checked at load)
+        return ([] if tr.anchor_body in g1_body_names() else
+                [f"anchor body {tr.anchor_body!r} (tracking.anchor_body) is not a G1 body (its bodies: "
+                 f"{', '.join(g1_body_names())}); re-export with one of them, usually torso_link"])
     if tr is None or not spec.time_step_input:
         return [f"observation terms {sorted(used)} need a tracking graph (a time_step input and the reference "
                 "outputs joint_pos, joint_vel and the anchor pose)"]
@@ -306,14 +321,20 @@ def _sha256(b: bytes) -> str:
 
 
 def write_artifact(out_dir: str | Path, model: onnx.ModelProto, spec: PolicySpec,
-                   ref_q: np.ndarray, ref_height: np.ndarray) -> Path:
-    """Validate, embed the YAML in the ONNX metadata, write the three files. Returns out_dir."""
+                   ref_q: np.ndarray, ref_height: np.ndarray, ref_base_pos: np.ndarray | None = None,
+                   ref_base_quat: np.ndarray | None = None) -> Path:
+    """Validate, embed the YAML in the ONNX metadata, write the three files. Returns out_dir.
+    ref_base_pos / ref_base_quat: the pelvis states, required by (and only kept for) a tracking spec."""
     validate_for_robot(spec)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ref_q = np.asarray(ref_q, np.float32)
     ref_height = np.asarray(ref_height, np.float32)
     _check_reference(ref_q, ref_height, spec, where=str(out))
+    base = {}
+    if spec.tracking is not None:
+        _check_base(ref_base_pos, ref_base_quat, ref_q, spec, where=str(out))
+        base = {"ref_base_pos": np.asarray(ref_base_pos, np.float32), "ref_base_quat": np.asarray(ref_base_quat, float)}
     meta_yaml = yaml.safe_dump(spec.to_dict(with_sha=False), sort_keys=False)
     del model.metadata_props[:]
     model.metadata_props.add(key=META_KEY, value=meta_yaml)
@@ -324,7 +345,7 @@ def write_artifact(out_dir: str | Path, model: onnx.ModelProto, spec: PolicySpec
     (out / ONNX_NAME).write_bytes(blob)
     (out / YAML_NAME).write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
     buf = io.BytesIO()
-    np.savez(buf, ref_q=ref_q, ref_height=ref_height)
+    np.savez(buf, ref_q=ref_q, ref_height=ref_height, **base)
     (out / REFERENCE_NAME).write_bytes(buf.getvalue())
     return out
 
@@ -360,6 +381,20 @@ def _check_reference(ref_q, ref_height, spec: PolicySpec, where: str) -> None:
         raise ArtifactError(f"{where}: reference contains NaN/inf")
     if np.any(ref_q < g1.JOINT_POS_MIN - 1e-6) or np.any(ref_q > g1.JOINT_POS_MAX + 1e-6):
         raise ArtifactError(f"{where}: reference joint positions exceed the joint limits")
+
+
+def _check_base(pos, quat, ref_q, spec: PolicySpec, where: str) -> None:
+    """A tracking artifact's pelvis states: one row per reference row, finite, unit quaternions, and the
+    anchor's reference built from them (policies.tracking.reference_from_states)."""
+    from policies.tracking import TrackingError, reference_from_states
+
+    if pos is None or quat is None:
+        raise ArtifactError(f"{where}: a tracking policy needs ref_base_pos and ref_base_quat in {REFERENCE_NAME}; "
+                            "re-export the policy (make export RUN=...)")
+    try:
+        reference_from_states(ref_q, pos, quat, spec.control_dt, spec.tracking.anchor_body)
+    except (TrackingError, ValueError) as e:
+        raise ArtifactError(f"{where}: tracking reference rejected: {e}") from e
 
 
 def artifact_dir(motion: str, root: Path = POLICY_ROOT) -> Path:
@@ -401,7 +436,12 @@ def load_artifact(path: str | Path) -> Artifact:
     try:
         with np.load(p / REFERENCE_NAME) as z:
             ref_q, ref_height = np.asarray(z["ref_q"]), np.asarray(z["ref_height"])
+            base_pos = np.asarray(z["ref_base_pos"]) if "ref_base_pos" in z.files else None
+            base_quat = np.asarray(z["ref_base_quat"]) if "ref_base_quat" in z.files else None
     except Exception as e:
         raise ArtifactError(f"{p / REFERENCE_NAME} is unreadable: {e}") from e
     _check_reference(ref_q, ref_height, spec, where=str(p / REFERENCE_NAME))
-    return Artifact(path=p, spec=spec, onnx_bytes=blob, ref_q=ref_q, ref_height=ref_height)
+    if spec.tracking is not None:
+        _check_base(base_pos, base_quat, ref_q, spec, where=str(p / REFERENCE_NAME))
+    return Artifact(path=p, spec=spec, onnx_bytes=blob, ref_q=ref_q, ref_height=ref_height,
+                    ref_base_pos=base_pos, ref_base_quat=base_quat)

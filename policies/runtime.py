@@ -39,7 +39,7 @@ import onnxruntime as ort
 from policies.action import action_to_joint_target
 from policies.artifact import Artifact, ArtifactError
 from policies.observation import ObservationBuffer, ObsInputs, build_observation, reference_window
-from policies.tracking import TrackingError, TrackingTerms, read_reference
+from policies.tracking import TrackingError, TrackingTerms, read_reference, reference_from_states
 from robots import g1
 from robots.physics import projected_gravity
 
@@ -195,10 +195,14 @@ class PolicyRuntime:
             self.session = make_session(art.onnx_bytes, threads, dims)
         self.tracking: TrackingTerms | None = None
         self._base_pos = None
-        if spec.tracking is not None:  # the reference: the graph's own outputs at every time step of the clip
-            try:
-                ref = read_reference(self.session, spec.tracking, self._feed, spec.time_step_input,
-                                     self.n_steps + 1, len(spec.motor_index))
+        if spec.tracking is not None:  # the reference: the graph's own outputs at every time step of the clip,
+            try:  # or (native) the forward kinematics of reference.npz's states
+                if spec.tracking.source == "reference":
+                    ref = reference_from_states(art.ref_q, art.ref_base_pos, art.ref_base_quat, spec.control_dt,
+                                                spec.tracking.anchor_body)
+                else:
+                    ref = read_reference(self.session, spec.tracking, self._feed, spec.time_step_input,
+                                         self.n_steps + 1, len(spec.motor_index))
                 self.tracking = TrackingTerms(spec.tracking, ref, spec.motor_index)
             except (TrackingError, ValueError) as e:
                 raise ArtifactError(f"{art.path}: tracking reference rejected: {e}") from e
@@ -339,11 +343,15 @@ class PolicyRuntime:
             return self._x32
         q, dq = np.asarray(q, float), np.asarray(dq, float)
         if self.native:
+            anchor = None
+            if self.tracking is not None:
+                self.tracking.update(step, q, np.asarray(quat, float), self._base_pos)
+                anchor = self.tracking.anchor_ori_b
             inputs = observation_inputs(
                 step, self.ref_q, self.ref_height, self.control_dt, self.duration,
                 gyro=np.asarray(gyro, float), quat=np.asarray(quat, float), q=q, dq=dq,
                 last_action=self.last_action, base_lin_vel=np.asarray(base_lin_vel, float),
-                base_height=np.asarray(base_height, float))
+                base_height=np.asarray(base_height, float), anchor_ori_b=anchor)
             return build_observation(self.terms, inputs).astype(np.float32)
         obs = np.empty(self.n_obs, np.float32)
         first = self._frames == 0

@@ -15,6 +15,12 @@ graph's own outputs, and the robot's anchor body relative to it.
 - Orientation term: the relative rotation R = R_robot^T R_ref as its first two columns, row by row
   (R[:, :2].reshape(-1), the exporters' `matrix_from_quat(...)[..., :2]`); position term: the reference
   anchor in the robot anchor's frame, R_robot^T (p_ref - p_robot).
+- Native tracking artifacts (trained here with `env.task = tracking`) keep the reference as states in
+  reference.npz (pelvis position and orientation, joints); the anchor's pose is their forward kinematics
+  (`reference_from_states`), the same rotations the trainer observes.
+- Body-position error (`body_pos_error`, eval's tracking measure): the mean over the key bodies of
+  |p_b - p~_b|, p~ the reference moved so its anchor sits at the robot anchor's x, y and turned by the yaw
+  between the two anchors (`relative_to_anchor`, the trainer's `body_pos` reward uses the same function).
 """
 from __future__ import annotations
 
@@ -23,9 +29,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from robots.body_frames import BodyFrames, quat_to_mat, rot_z, yaw_of
+from robots.body_frames import BodyFrames, mat_to_quat, quat_to_mat, rot_z, yaw_of
 
 QUAT_ORDERS = ("wxyz", "xyzw")
+SOURCES = ("graph", "reference")  # where the reference lives: the graph's outputs, or reference.npz's states
+# BeyondMimic's G1 key bodies (its flat G1 config's body_names): the tracking reward's and eval's bodies.
+KEY_BODIES = ("pelvis", "left_hip_roll_link", "left_knee_link", "left_ankle_roll_link", "right_hip_roll_link",
+              "right_knee_link", "right_ankle_roll_link", "torso_link", "left_shoulder_roll_link", "left_elbow_link",
+              "left_wrist_yaw_link", "right_shoulder_roll_link", "right_elbow_link", "right_wrist_yaw_link")
 
 
 class TrackingError(ValueError):
@@ -44,6 +55,7 @@ class TrackingSpec:
     anchor_quat: str = ""
     body_index: int = -1
     quat_order: str = "wxyz"
+    source: str = "graph"  # graph | reference (native artifacts: reference.npz's pelvis states and joints)
 
 
 class Reference(NamedTuple):
@@ -105,6 +117,68 @@ def read_reference(session, spec: TrackingSpec, feed: dict[str, np.ndarray], tim
                                 f"{n.min():.3g}..{n.max():.3g}): check its order ({spec.quat_order})")
         quat = quat / n[:, None]
     return Reference(tables[0], tables[1], pos, quat)
+
+
+def reference_from_states(joint_pos, base_pos, base_quat, dt: float, anchor_body: str,
+                          frames: BodyFrames | None = None) -> Reference:
+    """The Reference of a clip kept as states: joints (T, n) in motor order, pelvis position (T, 3) and
+    orientation (T, 4, w, x, y, z) in the world; the anchor's pose by forward kinematics on the G1 model,
+    joint velocities by central differences at dt."""
+    kin = frames if frames is not None else BodyFrames()
+    q = np.asarray(joint_pos, float)
+    pos, quat = np.asarray(base_pos, float), np.asarray(base_quat, float)
+    T = q.shape[0]
+    if T < 2 or pos.shape != (T, 3) or quat.shape != (T, 4):
+        raise TrackingError(f"reference states of shapes joints {q.shape}, pelvis position {pos.shape}, orientation "
+                            f"{quat.shape}: expected (T >= 2, n), (T, 3), (T, 4)")
+    if not (np.all(np.isfinite(q)) and np.all(np.isfinite(pos)) and np.all(np.isfinite(quat))):
+        raise TrackingError("reference states are not finite: re-export the policy")
+    n = np.linalg.norm(quat, axis=1)
+    if not np.all(np.abs(n - 1.0) < 1e-3):
+        raise TrackingError(f"reference pelvis quaternions are not unit (norms {n.min():.4g}..{n.max():.4g}): "
+                            "re-export the policy")
+    b = kin.body_id(anchor_body)
+    a_pos, a_quat = np.zeros((T, 3)), np.zeros((T, 4))
+    for k in range(T):
+        p_in, r_in = kin.pose_in_pelvis(b, q[k])
+        r = quat_to_mat(quat[k])
+        a_pos[k] = pos[k] + r @ p_in
+        a_quat[k] = mat_to_quat(r @ r_in)
+    return Reference(q, np.gradient(q, dt, axis=0), a_pos, a_quat)
+
+
+def pelvis_pose(ref: Reference, k: int, anchor: int, kin: BodyFrames) -> tuple[np.ndarray, np.ndarray]:
+    """(position, rotation) of the reference's pelvis at frame k, from its anchor pose and joints (the anchor
+    chain inverted)."""
+    p_in, r_in = kin.pose_in_pelvis(anchor, ref.joint_pos[k])
+    r = quat_to_mat(ref.anchor_quat[k]) @ r_in.T
+    p = (ref.anchor_pos[k] if ref.anchor_pos is not None else np.zeros(3)) - r @ p_in
+    return p, r
+
+
+def yaw_rotation(m, xp=np):
+    """Rz(psi) with psi the heading of the 3x3 matrix m (the angle of its x axis on the ground)."""
+    c, s = m[..., 0, 0], m[..., 1, 0]
+    n = xp.sqrt(c ** 2 + s ** 2 + 1e-12)
+    c, s = c / n, s / n
+    z, o = xp.zeros_like(c), xp.ones_like(c)
+    return xp.stack([xp.stack([c, -s, z], -1), xp.stack([s, c, z], -1), xp.stack([z, z, o], -1)], -2)
+
+
+def relative_to_anchor(anchor: int, body_pos, body_rot, ref_body_pos, ref_body_rot, xp=np):
+    """The reference bodies relative to the robot's anchor: (pos (B, 3), rot (B, 3, 3)): turned about z by
+    the yaw between the two anchors and moved so the reference anchor sits at the robot anchor's x, y (its
+    height kept)."""
+    turn = yaw_rotation(body_rot[anchor] @ xp.swapaxes(ref_body_rot[anchor], -1, -2), xp=xp)
+    origin = xp.stack([body_pos[anchor, 0], body_pos[anchor, 1], ref_body_pos[anchor, 2]])
+    pos = origin + (ref_body_pos - ref_body_pos[anchor]) @ xp.swapaxes(turn, -1, -2)
+    return pos, turn @ ref_body_rot
+
+
+def body_pos_error(anchor: int, body_pos, body_rot, ref_body_pos, ref_body_rot) -> float:
+    """Mean over bodies of |p_b - p~_b| (m), p~ the reference relative to the robot's anchor."""
+    rel, _ = relative_to_anchor(anchor, body_pos, body_rot, ref_body_pos, ref_body_rot)
+    return float(np.mean(np.linalg.norm(np.asarray(body_pos) - rel, axis=-1)))
 
 
 def rot6d(rot: np.ndarray) -> np.ndarray:

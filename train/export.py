@@ -159,19 +159,40 @@ class ExportResult:
     n_obs: int
 
 
-def artifact_spec(cfg, obs_terms: Sequence[str], motion, provenance: dict):
+def artifact_spec(cfg, obs_terms: Sequence[str], motion, provenance: dict, anchor_body: str = "torso_link"):
     """The artifact's PolicySpec: the action scale is the actor config's (TrainConfig-derived,
-    equal to the env's), the observation terms the run's."""
+    equal to the env's), the observation terms the run's; a layout with the anchor term gets the tracking
+    spec of its anchor body (the reference's states go to reference.npz)."""
     from policies import artifact as A
     from policies.observation import term_specs
+    from policies.tracking import TrackingSpec
 
+    tracking = TrackingSpec(anchor_body=anchor_body, source="reference") if "motion_anchor_ori_b" in obs_terms \
+        else None
     return A.PolicySpec(**A.robot_spec_fields(), action_scale=float(cfg.action_scale),
                         observation=term_specs(tuple(obs_terms)),
-                        motion=A.MotionSpec(motion.name, float(motion.duration)), provenance=provenance)
+                        motion=A.MotionSpec(motion.name, float(motion.duration)), provenance=provenance,
+                        tracking=tracking)
+
+
+def reference_base_states(motion) -> tuple[np.ndarray, np.ndarray]:
+    """(T, 3), (T, 4): the reference's pelvis position and orientation as the trainer places them
+    (train.env: x, y from the clip relative to its first frame, height ref_height, upright without a clip
+    orientation)."""
+    T = motion.ref_q.shape[0]
+    pos = np.zeros((T, 3))
+    if getattr(motion, "ref_base_pos", None) is not None:
+        xy = np.asarray(motion.ref_base_pos, float)[:, 0:2]
+        pos[:, 0:2] = xy - xy[0]
+    pos[:, 2] = motion.ref_height
+    quat = getattr(motion, "ref_base_quat", None)
+    quat = np.tile([1.0, 0.0, 0.0, 0.0], (T, 1)) if quat is None else np.asarray(quat, float)
+    return pos, quat / np.linalg.norm(quat, axis=1, keepdims=True)
 
 
 def export_policy(params, cfg, obs_norm, motion, provenance_info: dict, out_dir: str | os.PathLike | None = None,
-                  obs_terms: Sequence[str] | None = None, seed: int = 0) -> ExportResult:
+                  obs_terms: Sequence[str] | None = None, seed: int = 0,
+                  anchor_body: str = "torso_link") -> ExportResult:
     """Actor -> policies/g1/<motion>/ (policy.onnx + policy.yaml + reference.npz).
 
     params: actor net params (or the trainer's {"net", "log_std"}); cfg: ActorConfig (a
@@ -209,9 +230,10 @@ def export_policy(params, cfg, obs_norm, motion, provenance_info: dict, out_dir:
     prov = info if {"git_commit", "date"} <= set(info) else A.provenance(
         info.pop("algorithm", "unknown"), info.pop("seed", 0), info.pop("iterations", 0), **info)
     prov = {**prov, "onnx_converter": CONVERTER, "export_parity_max_abs": float(f"{err:.3g}")}
-    spec = artifact_spec(cfg, [s.name for s in specs], motion, prov)
+    spec = artifact_spec(cfg, [s.name for s in specs], motion, prov, anchor_body)
     out = Path(out_dir) if out_dir else A.artifact_dir(motion.name)
-    A.write_artifact(out, model, spec, motion.ref_q, motion.ref_height)
+    base_pos, base_quat = reference_base_states(motion)
+    A.write_artifact(out, model, spec, motion.ref_q, motion.ref_height, base_pos, base_quat)
     return ExportResult(out, CONVERTER, err, n_obs)
 
 
@@ -256,7 +278,7 @@ def export_run(run_dir, out_dir=None, checkpoint: str = "latest.npz") -> ExportR
     prov = training_provenance(cfg, rp.checkpoint.step, rp.run_dir, rp.checkpoint.metrics.get("wall_s"),
                                checkpoint=rp.checkpoint.path.name)
     return export_policy(rp.checkpoint.net_params, cfg.actor, rp.checkpoint.obs_norm, motion, prov, out_dir,
-                         obs_terms=cfg.obs_terms)
+                         obs_terms=cfg.obs_terms, anchor_body=cfg.env.tracking.anchor_body)
 
 
 def main(argv=None) -> int:

@@ -68,7 +68,7 @@ def run(cfg: TrainConfig, *, run_root: Path | None = None, resume: str | Path | 
         return lambda actor, obs_norm, out: export_policy(
             actor, cfg.actor, obs_norm, motion,
             training_provenance(cfg, it, run_dir, wall_at.get(it), **({"command": command} if command else {}), **extra),
-            out_dir=out, obs_terms=cfg.obs_terms)
+            out_dir=out, obs_terms=cfg.obs_terms, anchor_body=cfg.env.tracking.anchor_body)
 
     def on_checkpoint(ts, it: int, m: dict) -> None:
         save_checkpoint(ck_latest, ts.actor, ts.obs_norm, it, m, extra=resumable(ts), meta=meta)

@@ -53,12 +53,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from policies import tracking as PT
+from policies.tracking import KEY_BODIES
 from train import rewards as R
 
-# BeyondMimic's G1 key bodies (its flat G1 config's body_names), anchor first among the tracked.
-KEY_BODIES = ("pelvis", "left_hip_roll_link", "left_knee_link", "left_ankle_roll_link", "right_hip_roll_link",
-              "right_knee_link", "right_ankle_roll_link", "torso_link", "left_shoulder_roll_link", "left_elbow_link",
-              "left_wrist_yaw_link", "right_shoulder_roll_link", "right_elbow_link", "right_wrist_yaw_link")
 END_EFFECTORS = ("left_ankle_roll_link", "right_ankle_roll_link", "left_wrist_yaw_link", "right_wrist_yaw_link")
 DEFAULT_WEIGHTS = {"anchor_pos": 0.5, "anchor_ori": 0.5, "body_pos": 1.0, "body_ori": 1.0, "body_lin_vel": 1.0,
                    "body_ang_vel": 1.0, "joint_pos": 1.0, "action_rate": -0.1, "residual": -0.2, "torque": -1.0e-5,
@@ -126,15 +124,6 @@ def rot6d(rot):
 def rot_err_sq(ra, rb):
     """Chordal angle^2 between rotations: 0.5 ||Ra - Rb||_F^2 = 4 sin^2(theta / 2)."""
     return 0.5 * jnp.sum((ra - rb) ** 2, axis=(-2, -1))
-
-
-def yaw_rotation(m):
-    """Rz(psi) with psi the heading of the 3x3 matrix m (the angle of its x axis on the ground)."""
-    c, s = m[..., 0, 0], m[..., 1, 0]
-    n = jnp.sqrt(c ** 2 + s ** 2 + 1e-12)
-    c, s = c / n, s / n
-    z, o = jnp.zeros_like(c), jnp.ones_like(c)
-    return jnp.stack([jnp.stack([c, -s, z], -1), jnp.stack([s, c, z], -1), jnp.stack([z, z, o], -1)], -2)
 
 
 def quat_to_mat(q):
@@ -229,11 +218,8 @@ def exp_kernel(err_sq, sigma: float):
 
 
 def relative_to_anchor(anchor: int, body_pos, body_rot, ref_body_pos, ref_body_rot):
-    """The reference bodies relative to the robot's anchor: (pos (B, 3), rot (B, 3, 3))."""
-    turn = yaw_rotation(body_rot[anchor] @ ref_body_rot[anchor].T)
-    origin = jnp.stack([body_pos[anchor, 0], body_pos[anchor, 1], ref_body_pos[anchor, 2]])
-    pos = origin + (ref_body_pos - ref_body_pos[anchor]) @ turn.T
-    return pos, turn @ ref_body_rot
+    """The reference bodies relative to the robot's anchor (policies.tracking.relative_to_anchor on jax)."""
+    return PT.relative_to_anchor(anchor, body_pos, body_rot, ref_body_pos, ref_body_rot, xp=jnp)
 
 
 def reward_terms(x: TrackingInputs, cfg: TrackingConfig) -> dict:
