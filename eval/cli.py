@@ -1,4 +1,4 @@
-"""`python -m eval --motion jump | --policy <onnx or folder> [--duration S] [--episodes 20] [--seed 0] [--no-dr] [--no-video] [--hold S]
+"""`python -m eval --motion jump | --policy <onnx or folder> [--duration S] [--start-frame K] [--episodes 20] [--seed 0] [--no-dr] [--no-video] [--hold S]
 [--artifacts DIR] [--out DIR] [--calibration YAML | --bridge-perturbation K=V,...]`
 (`make eval MOTION=jump [CALIB=calibration/<id>.yaml] ARGS=...`): prints the table and the path
 of eval.json; exit 2 when the evaluation cannot run, 0 otherwise (falls included)."""
@@ -15,12 +15,28 @@ from eval.policy_eval import evaluate_policy, format_policy_table
 from eval.report import format_table
 
 
+def tracking_artifact(motion: str, root: str | None) -> Path | None:
+    """The artifact folder of `motion` when it is a native tracking policy (its YAML has `tracking`), else None."""
+    import yaml
+
+    from policies.artifact import YAML_NAME, artifact_dir
+
+    folder = Path(root) / motion if root else artifact_dir(motion)
+    try:
+        d = yaml.safe_load((folder / YAML_NAME).read_text())
+    except (OSError, yaml.YAMLError):
+        return None  # evaluate() reports a missing or broken artifact
+    return folder if isinstance(d, dict) and d.get("tracking") else None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eval", description="Sim-to-sim evaluation in C MuJoCo")
     ap.add_argument("--motion", help="a native artifact policies/g1/<motion> (or give --policy)")
     ap.add_argument("--policy", help="any policy the runtime loads: a third-party .onnx or folder (eval.policy_eval)")
     ap.add_argument("--duration", type=float, default=None,
                     help="--policy: seconds of policy (tracking: at most the clip; velocity: default 10)")
+    ap.add_argument("--start-frame", type=int, default=None,
+                    help="tracking policies: start in the reference's state at this frame (default: standing, frame 0)")
     ap.add_argument("--episodes", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-dr", action="store_true", help="no domain randomisation or pushes")
@@ -36,7 +52,7 @@ def main(argv=None) -> int:
     if not args.motion and not args.policy:
         ap.error("give --motion (make eval MOTION=...) or --policy (make eval POLICY=...)")
     cfg = EvalConfig(episodes=args.episodes, seed=args.seed, video=not args.no_video, hold_s=args.hold,
-                     dr=DRConfig(enabled=not args.no_dr), duration_s=args.duration)
+                     dr=DRConfig(enabled=not args.no_dr), duration_s=args.duration, start_frame=args.start_frame)
     try:
         bridge = None
         if args.calibration and args.bridge_perturbation:
@@ -46,8 +62,9 @@ def main(argv=None) -> int:
             bridge = from_calibration(args.calibration)
         elif args.bridge_perturbation is not None:
             bridge = parse_perturbation(args.bridge_perturbation)
-        if args.policy:
-            summary, out = evaluate_policy(args.policy, cfg, Path(args.out), bridge=bridge)
+        policy = args.policy or tracking_artifact(args.motion, args.artifacts)
+        if policy:  # third-party files, and native tracking policies (measured against their reference)
+            summary, out = evaluate_policy(policy, cfg, Path(args.out), bridge=bridge)
             print(format_policy_table(summary))
             print(out / "eval.json")
             return 0

@@ -36,6 +36,9 @@ class EvalConfig:
     hold_s: float = 1.5  # after the motion, HOLD like deploy
     hold_blend_s: float = HOLD_BLEND_S
     duration_s: float | None = None  # truncate the motion (tests)
+    # tracking policies: start in the reference's own state at this frame, the policy at this step (None: standing,
+    # step 0)
+    start_frame: int | None = None
     flight_margin_s: float = 0.1
     dr: DRConfig = DRConfig()
     video: bool = True

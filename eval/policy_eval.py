@@ -4,9 +4,12 @@ episode rules of eval.episode (home keyframe, the drives' PD at the artifact's g
 kp/kd scale clipped to the motor limits at 1 kHz, the episode's randomisation and push, the one fall
 criterion, then the runtime's HOLD blend for hold_s at robots/g1.py's gains, as deploy sends in HOLD):
 
-- tracking policies run their clip (or --duration s of it) and are measured against the graph's own
-  reference (policies.tracking: joint RMS in rad and anchor orientation error in rad, over the
-  episode and its worst second);
+- tracking policies run their clip (or --duration s of it) and are measured against their own
+  reference (policies.tracking: joint RMS in rad, anchor orientation error in rad, and, where the reference
+  has the anchor's position, the body-position error in cm over the 14 key bodies relative to the anchor;
+  over the episode and its worst second); `start_frame` starts them in the reference's state at that
+  frame (eval.sim.reference_start), the policy at that step, so two policies of one clip compare on
+  the same segment;
 - velocity policies run --duration s (default 10) at a zero command.
 
 Writes runs/eval/<policy name>/<stamp>/eval.json: episodes, falls, stood_at_end, tracking (means over
@@ -23,7 +26,7 @@ import numpy as np
 
 from eval.config import EVAL_ROOT, EvalConfig, EvalError
 from eval.episode import STOOD_HEIGHT_TOL_M, STOOD_SPEED_MPS, STOOD_TILT_DEG, draw_pushes
-from eval.sim import EvalSim
+from eval.sim import BodyTracker, EvalSim, reference_start
 from policies.adapters import load_policy
 from policies.artifact import Artifact, ArtifactError
 from policies.runtime import PolicyRuntime
@@ -33,28 +36,42 @@ from robots.physics import FALL_HEIGHT_M, FALL_TILT_RAD, fallen, pd_torque, tilt
 from robots.run_files import jsonable, stamped_dir
 
 VELOCITY_RUN_S = 10.0
-TRACK_KEYS = ("joint_rms_rad", "joint_rms_worst_s_rad", "anchor_ori_err_rad", "anchor_ori_err_worst_s_rad")
+TRACK_KEYS = ("joint_rms_rad", "joint_rms_worst_s_rad", "anchor_ori_err_rad", "anchor_ori_err_worst_s_rad",
+              "body_pos_err_cm", "body_pos_err_worst_s_cm")
 
 
 def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int) -> dict:
     spec = runtime.spec
     rng = np.random.default_rng([cfg.seed, ep])
     dr = sim.randomise(rng, cfg.dr)
-    sim.reset()
+    tr_ = runtime.tracking
+    k0 = 0
+    if cfg.start_frame is not None:
+        if tr_ is None or not tr_.needs_anchor:
+            raise EvalError("--start-frame starts a tracking policy in its reference's state: this policy has no "
+                            "tracking reference with an anchor")
+        k0 = int(cfg.start_frame)
+        if not 0 <= k0 < tr_.ref.frames - 1:
+            raise EvalError(f"--start-frame {k0} is outside the clip's frames 0..{tr_.ref.frames - 2}")
+        sim.reset_to(*reference_start(sim, tr_.ref, k0, runtime.control_dt, tr_.kin, tr_.anchor))
+    else:
+        sim.reset()
     runtime.reset()
+    bodies = BodyTracker(sim, tr_.ref, tr_.spec.anchor_body) if tr_ is not None and tr_.needs_anchor and \
+        tr_.ref.anchor_pos is not None else None
     m, d = sim.m, sim.d
     # the policy's own gains in POLICY, robots/g1.py's in HOLD: what deploy sends (deploy.loop)
     gains = [(np.asarray(a) * dr["kp_scale"], np.asarray(b) * dr["kd_scale"]) for a, b in
              ((spec.kp, spec.kd), (g1.KP, g1.KD))]
     dt = runtime.control_dt
-    n_policy = min(int(round((cfg.duration_s or runtime.duration) / dt)), runtime.n_steps)
+    n_policy = min(int(round((cfg.duration_s or runtime.duration) / dt)), runtime.n_steps - k0)
     n_hold = int(round(cfg.hold_s / dt))
     decim = int(round(dt / m.opt.timestep))
     pushes = draw_pushes(rng, cfg, (n_policy + n_hold) * dt)
     target = hold_from = runtime.default_q.copy()
     command = np.zeros(3) if runtime.kind == "velocity" else None
     fell, fell_t = False, None
-    t_log, jsq, aerr = [], [], []
+    t_log, jsq, aerr, berr = [], [], [], []
     n_run = 0
     z, quat, vel_b = float(d.qpos[2]), d.qpos[3:7].copy(), np.zeros(3)
     for k in range(n_policy + n_hold):
@@ -64,7 +81,7 @@ def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep
             fell, fell_t = True, t
             break
         if k < n_policy:
-            out = runtime.step(k, q, dq, gyro, quat, vel_b, z, command=command, base_pos=d.qpos[0:3].copy())
+            out = runtime.step(k0 + k, q, dq, gyro, quat, vel_b, z, command=command, base_pos=d.qpos[0:3].copy())
             if not np.all(np.isfinite(out.action)):
                 raise EvalError(f"episode {ep}: the policy returned non-finite actions at step {k}")
             target = hold_from = out.target
@@ -73,6 +90,7 @@ def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep
                 t_log.append(t)
                 jsq.append(float(np.mean(runtime.tracking.joint_error ** 2)))
                 aerr.append(runtime.tracking.anchor_ori_error if runtime.tracking.needs_anchor else np.nan)
+                berr.append(bodies.error(k0 + k) if bodies is not None else np.nan)
         else:
             target = runtime.hold_target(hold_from, (k - n_policy + 1) * dt)
         kp, kd = gains[k >= n_policy]
@@ -92,7 +110,8 @@ def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep
         and math.degrees(tilt_angle(quat)) < STOOD_TILT_DEG and float(np.linalg.norm(vel_b)) < STOOD_SPEED_MPS
     tr = None
     if runtime.tracking is not None:
-        tr = tracking_summary(t_log, jsq, aerr, runtime.tracking.ref.frames, len(t_log))
+        tr = tracking_summary(t_log, jsq, aerr, runtime.tracking.ref.frames, k0 + len(t_log), body_err=berr)
+        tr["start_frame"] = k0
     return {"episode": ep, "fell": bool(fell), "fell_at_s": fell_t, "stood_at_end": bool(stood),
             "final_pelvis_height_m": float(z), "policy_s": round(n_run * dt, 3),
             "tracking": tr, "dr": {k: (v if not isinstance(v, np.ndarray) else [round(float(x), 4) for x in v])
@@ -144,14 +163,14 @@ def format_policy_table(summary: dict) -> str:
         return "-" if v is None else fmt.format(v)
 
     rows = [f"{'ep':>3} {'fell':>5} {'at s':>6} {'policy s':>9} {'joint rms':>10} {'worst s':>8} {'anchor':>7} "
-            f"{'worst s':>8} {'stood':>6}"]
+            f"{'worst s':>8} {'body cm':>8} {'stood':>6}"]
     for e in summary["per_episode"]:
         t = e["tracking"] or {}
         rows.append(f"{e['episode']:>3} {str(e['fell']):>5} {f(e['fell_at_s'], '{:.1f}'):>6} {e['policy_s']:>9.1f} "
                     f"{f(t.get('joint_rms_rad')):>10} {f(t.get('joint_rms_worst_s_rad')):>8} "
                     f"{f(t.get('anchor_ori_err_rad')):>7} {f(t.get('anchor_ori_err_worst_s_rad')):>8} "
-                    f"{str(e['stood_at_end']):>6}")
+                    f"{f(t.get('body_pos_err_cm'), '{:.1f}'):>8} {str(e['stood_at_end']):>6}")
     rows.append(f"falls {summary['falls']}/{summary['episodes']}, stood at end {summary['stood_at_end']}; "
                 f"{summary['policy_info']['format']} {summary['policy_info']['kind']} policy "
-                "(tracking in rad against the graph's own reference)")
+                "(tracking in rad and cm against the policy's own reference)")
     return "\n".join(rows)

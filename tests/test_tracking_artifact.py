@@ -179,3 +179,34 @@ def test_body_pos_error_hand_values():
     # the robot 5 cm lower everywhere: the reference anchor keeps its height, so every body is 5 cm off
     p3 = p - [0.0, 0.0, 0.05]
     assert body_pos_error(anchor, p3, r, ref_p, ref_r) == pytest.approx(0.05, abs=1e-9)
+
+
+def test_eval_starts_in_the_reference_state_and_measures_bodies(artifact, tmp_path):
+    """eval.sim.reference_start puts the bridge model in the reference's state (the body error is the lift
+    out of the floor, if any); a 0.2 s episode from there reports the body-position error; --start-frame
+    on a policy without a tracking reference is refused."""
+    import dataclasses
+
+    from eval.config import EvalConfig, EvalError
+    from eval.policy_eval import evaluate_policy
+    from eval.sim import BodyTracker, EvalSim, reference_start
+
+    sim = EvalSim()
+    rt = PolicyRuntime(artifact, backend="onnxruntime")
+    ref, kin, anchor = rt.tracking.ref, rt.tracking.kin, rt.tracking.anchor
+    qpos, qvel = reference_start(sim, ref, 10, g1.CONTROL_DT, kin, anchor)
+    q, pos, quat = reference_states()
+    lift = qpos[2] - pos[10, 2]
+    assert lift >= 0.0
+    np.testing.assert_allclose(qpos[0:2], pos[10, 0:2], atol=1e-6)
+    np.testing.assert_allclose(qvel[0], 0.25, atol=1e-6)  # the reference walks 0.25 m/s in x
+    sim.reset_to(qpos, qvel)
+    assert BodyTracker(sim, ref, "torso_link").error(10) == pytest.approx(lift, abs=1e-6)
+    cfg = EvalConfig(episodes=1, video=False, hold_s=0.0, duration_s=0.2, start_frame=10,
+                     dr=dataclasses.replace(EvalConfig().dr, enabled=False))
+    summary, _ = evaluate_policy(artifact.path, cfg, tmp_path)
+    tr = summary["per_episode"][0]["tracking"]
+    assert tr["start_frame"] == 10 and tr["policy_steps"] == 10
+    assert 0.0 <= tr["body_pos_err_cm"] < 5.0
+    with pytest.raises(EvalError, match="outside the clip"):
+        evaluate_policy(artifact.path, dataclasses.replace(cfg, start_frame=T), tmp_path)

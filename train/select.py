@@ -30,7 +30,8 @@ def rank(row: dict) -> tuple:
     """The sort key of an evaluated candidate (lower is better); a failed evaluation ranks last."""
     if row.get("falls") is None:
         return (float("inf"), 0, float("inf"), -row["iteration"])
-    return (row["falls"], -row["stood_at_end"], row["tracking_error_cm"], -row["iteration"])
+    err = row["tracking_error_cm"]
+    return (row["falls"], -row["stood_at_end"], err if err == err else float("inf"), -row["iteration"])
 
 
 def best(rows: list[dict]) -> dict:
@@ -98,7 +99,12 @@ class Selector:
         ev = json.loads(Path(lines[-1]).read_text())
         keep = ("episodes", "falls", "stood_at_end", "tracking_error_cm", "apex_foot_clearance_m", "flight_time_s",
                 "pelvis_apex_rise_m", "forward_displacement_m")
-        return {k: ev.get(k) for k in keep} | {"eval_json": repo_relative(lines[-1])}
+        figs = {k: ev.get(k) for k in keep}
+        if figs["tracking_error_cm"] is None and ev.get("tracking"):  # tracking policies: body-position error
+            figs["tracking_error_cm"] = ev["tracking"].get("body_pos_err_cm")
+        if figs["tracking_error_cm"] is None:
+            figs["tracking_error_cm"] = float("nan")
+        return figs | {"eval_json": repo_relative(lines[-1])}
 
     def finish(self, iteration: int, actor, obs_norm, export) -> tuple[dict, tuple]:
         """Evaluates the final policy (unless it already is a candidate), waits for every evaluation, writes

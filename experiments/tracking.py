@@ -1,0 +1,142 @@
+"""Whole-body tracking of clips: our policies (`make train MOTION=<clip>`, env.task = tracking) and, for the dance,
+holosoma-inference 0.1.3's PPO and FastSAC graphs of the same retargeted dance, evaluated by the same `make eval`
+on the same segment: each starts in its reference's state at the segment's first frame (eval.sim.reference_start;
+our clips begin with a lead-in from standing, holosoma's graph runs the whole 131 s dance) and runs the
+segment's seconds with eval's randomisation and push, measured against its own reference (the same clip).
+
+    python -m experiments.tracking --clip dance --policy ours [--episodes 20]     (make tracking ARGS=...)
+    python -m experiments.tracking --clip dance --policy ppo | fastsac
+
+Each call writes one row of results/tracking.json (key "<clip>/<policy>"): falls / episodes, standing at the end,
+body-position error (cm, the mean over policies.tracking.KEY_BODIES of |p - p~| with the reference relative to
+the anchor, eval.sim.BodyTracker), joint RMS (rad), anchor orientation error (rad), and the training that made
+the policy (samples = iterations x environments x steps per iteration, wall time) as its provenance or metadata
+states it. `render_tracking_table` renders the table of docs/experiments.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from eval.config import EvalConfig
+from eval.policy_eval import evaluate_policy
+from motions.sources import SOURCE_SUFFIX, read_source, wheel_member
+from robots import g1
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "results" / "tracking.json"
+HOLOSOMA = "holosoma-inference==0.1.3"
+HOLOSOMA_WBT = {"ppo": "holosoma_inference/models/wbt/ppo_g1_29dof_dancing.onnx",
+                "fastsac": "holosoma_inference/models/wbt/fastsac_g1_29dof_dancing.onnx"}
+LABELS = {"ours": "ours (SHAC)", "ppo": "holosoma PPO", "fastsac": "holosoma FastSAC"}
+
+
+def segment(clip: str) -> tuple[int, int, float]:
+    """(our clip's first segment frame, the holosoma graph's, seconds) of a clip: a source file's window after
+    its lead-in, or a committed clip from frame 0."""
+    src = REPO / "motions" / f"{clip}{SOURCE_SUFFIX}"
+    if src.is_file():
+        s = read_source(src)
+        lead = int(round(s.window.lead_in_s / g1.CONTROL_DT))
+        return lead, s.window.start_frame, (s.window.frames - 1) * g1.CONTROL_DT
+    from motions import load_motion
+
+    return 0, 0, float(load_motion(clip).duration)
+
+
+def holosoma_training(path: Path) -> dict:
+    """What the graph's metadata says of its training (holosoma's experiment_config)."""
+    import onnx
+
+    meta = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
+    cfg = meta.get("experiment_config", "")
+
+    def num(key):
+        m = re.search(rf'"?{key}"?\s*[:=]\s*([0-9]+)', cfg)
+        return int(m.group(1)) if m else None
+
+    it, envs, steps = num("num_learning_iterations"), num("num_envs"), num("num_steps_per_env")
+    if None in (it, envs, steps):
+        return {"samples": None, "wall_min": None, "note": "not in the graph's metadata"}
+    return {"samples": it * envs * steps, "wall_min": None,
+            "note": f"configured: {it} iterations x {envs} envs x {steps} steps (experiment_config); wall time not stated"}
+
+
+def our_training(folder: Path) -> dict:
+    prov = yaml.safe_load((folder / "policy.yaml").read_text())["provenance"]
+    run = REPO / prov.get("run", "")
+    envs = steps = None
+    if (run / "config.yaml").is_file():
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        envs, steps = cfg["shac"]["num_envs"], cfg["shac"]["horizon"]
+    it = int(prov["iterations"])
+    wall = prov.get("wall_time_s")
+    return {"samples": it * envs * steps if envs and steps else None,
+            "wall_min": round(wall / 60, 1) if wall else None,
+            "note": f"{prov['algorithm']}, {prov.get('contact', '?')} contact, {it} iterations"
+                    + (f" x {envs} envs x {steps} steps" if envs and steps else "") + f", run {prov.get('run')}"}
+
+
+def measure(clip: str, policy: str, episodes: int, seed: int) -> dict:
+    ours_start, graph_start, seconds = segment(clip)
+    if policy == "ours":
+        path, start = REPO / "policies" / "g1" / clip, ours_start
+        training = our_training(path)
+    else:
+        path, start = wheel_member(HOLOSOMA, HOLOSOMA_WBT[policy]), graph_start
+        training = holosoma_training(path)
+    cfg = EvalConfig(episodes=episodes, seed=seed, video=False, duration_s=seconds, start_frame=start)
+    summary, out = evaluate_policy(path, cfg, REPO / "runs" / "eval")
+    tr = summary["tracking"] or {}
+    return {"clip": clip, "policy": LABELS[policy], "source": str(path.relative_to(REPO)) if path.is_relative_to(REPO)
+            else str(path), "start_frame": start, "seconds": seconds, "episodes": summary["episodes"],
+            "falls": summary["falls"], "stood_at_end": summary["stood_at_end"],
+            "mean_policy_s": summary["policy_s"],
+            "body_pos_err_cm": tr.get("body_pos_err_cm"), "body_pos_err_worst_s_cm": tr.get("body_pos_err_worst_s_cm"),
+            "joint_rms_rad": tr.get("joint_rms_rad"), "anchor_ori_err_rad": tr.get("anchor_ori_err_rad"),
+            "eval_seed": seed, "eval": str((out / "eval.json").relative_to(REPO)), "training": training,
+            "date": dt.date.today().isoformat()}
+
+
+def render_tracking_table(results: dict) -> str:
+    def f(v, fmt):
+        return "-" if v is None else fmt.format(v)
+
+    rows = ["| clip | policy | segment (start frame, s) | falls/20 | stood | body position error cm (worst s) | "
+            "joint RMS rad | anchor ori rad | training samples | training wall min |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results["rows"].values():
+        t = r["training"]
+        rows.append(f"| {r['clip']} | {r['policy']} | {r['start_frame']}, {r['seconds']:g} | {r['falls']}/{r['episodes']} | "
+                    f"{r['stood_at_end']} | {f(r['body_pos_err_cm'], '{:.1f}')} ({f(r['body_pos_err_worst_s_cm'], '{:.1f}')}) | "
+                    f"{f(r['joint_rms_rad'], '{:.3f}')} | {f(r['anchor_ori_err_rad'], '{:.3f}')} | "
+                    f"{f(t['samples'], '{:.3g}')} | {f(t['wall_min'], '{:.0f}')} |")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.tracking", description=__doc__.splitlines()[0])
+    ap.add_argument("--clip", default="dance")
+    ap.add_argument("--policy", default="ours", choices=list(LABELS))
+    ap.add_argument("--episodes", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.policy != "ours" and args.clip != "dance":
+        ap.error("holosoma's graphs track the dance only (--clip dance)")
+    row = measure(args.clip, args.policy, args.episodes, args.seed)
+    results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"rows": {}}
+    results["rows"][f"{args.clip}/{args.policy}"] = row
+    results["method"] = __doc__
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(render_tracking_table(results))
+    print(RESULTS)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
