@@ -26,12 +26,14 @@ import numpy as np
 
 from eval.config import EVAL_ROOT, EvalConfig, EvalError
 from eval.episode import STOOD_HEIGHT_TOL_M, STOOD_SPEED_MPS, STOOD_TILT_DEG, draw_pushes
-from eval.sim import BodyTracker, EvalSim, reference_start
+from eval.sim import BodyTracker, EvalSim, reference_qpos, reference_start
+from eval.video import open_video, write_gif, write_strip
 from policies.adapters import load_policy
 from policies.artifact import Artifact, ArtifactError
 from policies.runtime import PolicyRuntime
 from policies.tracking import tracking_summary
 from robots import g1
+from robots.body_frames import mat_to_quat, quat_to_mat
 from robots.physics import FALL_HEIGHT_M, FALL_TILT_RAD, fallen, pd_torque, tilt_angle
 from robots.run_files import jsonable, stamped_dir
 
@@ -40,7 +42,16 @@ TRACK_KEYS = ("joint_rms_rad", "joint_rms_worst_s_rad", "anchor_ori_err_rad", "a
               "body_pos_err_cm", "body_pos_err_worst_s_cm")
 
 
-def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int) -> dict:
+def ghost_qpos(sim: EvalSim, tracking, k: int) -> np.ndarray:
+    """The tracking reference's state at frame k where the runtime placed it (turned and moved to the robot at the
+    clip's first step): the video's ghost."""
+    qpos = reference_qpos(sim, tracking.ref, k, tracking.kin, tracking.anchor)
+    qpos[0:3] = tracking.align @ qpos[0:3] + tracking.origin
+    qpos[3:7] = mat_to_quat(tracking.align @ quat_to_mat(qpos[3:7]))
+    return qpos
+
+
+def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, video=None) -> dict:
     spec = runtime.spec
     rng = np.random.default_rng([cfg.seed, ep])
     dr = sim.randomise(rng, cfg.dr)
@@ -71,6 +82,7 @@ def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep
     target = hold_from = runtime.default_q.copy()
     command = np.zeros(3) if runtime.kind == "velocity" else None
     fell, fell_t = False, None
+    next_frame_t = 0.0
     t_log, jsq, aerr, berr = [], [], [], []
     n_run = 0
     z, quat, vel_b = float(d.qpos[2]), d.qpos[3:7].copy(), np.zeros(3)
@@ -103,6 +115,9 @@ def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep
                 if t0 <= ts < t1:
                     d.xfrc_applied[sim.pelvis, :3] += f
             sim.step()
+        if video is not None and t + dt >= next_frame_t - 1e-9:  # the state after step k's physics
+            video.capture(sim, t + dt, k0 + k + 1, ghost_qpos(sim, tr_, k0 + min(k + 1, n_policy)))
+            next_frame_t += 1.0 / cfg.video_fps
     d.xfrc_applied[:] = 0
     if not fell:
         _, _, _, quat, vel_b, z = sim.state()
@@ -137,7 +152,21 @@ def evaluate_policy(policy: str | Path, cfg: EvalConfig = EvalConfig(), out_root
     sim = EvalSim(bridge)
     name = art.spec.motion.name
     out = stamped_dir(Path(out_root) / name, precise=True, exist_ok=True)
-    eps = [run_policy_episode(sim, runtime, cfg, ep) for ep in range(cfg.episodes)]
+    video = None
+    if cfg.video and runtime.tracking is not None and runtime.tracking.needs_anchor \
+            and runtime.tracking.ref.anchor_pos is not None:
+        video = open_video(sim, cfg.video_size)
+    try:
+        eps = [run_policy_episode(sim, runtime, cfg, ep, video if ep == 0 else None) for ep in range(cfg.episodes)]
+    finally:
+        if video is not None:
+            video.close()
+    files = {}
+    if video is not None and video.frames:
+        files["video"] = write_gif(video.frames, out / "episode0.gif", cfg.video_fps)
+        end = video.times[-1]
+        keys = [(f"{tk:.1f} s", tk) for tk in np.linspace(video.times[0], end, 6)]
+        files["video_keyframes"] = write_strip(video.frames, video.times, keys, out / "episode0_keyframes.png")
     trk = [e["tracking"] for e in eps if e["tracking"]]
     summary = {
         "policy": str(policy), "motion": name,
@@ -151,6 +180,7 @@ def evaluate_policy(policy: str | Path, cfg: EvalConfig = EvalConfig(), out_root
         "config": jsonable({**dataclasses.asdict(cfg), "fall_height_m": FALL_HEIGHT_M,
                             "fall_tilt_deg": math.degrees(FALL_TILT_RAD)}, finite=True),
         "per_episode": eps,
+        **{k: str(v) if v else None for k, v in files.items()},
     }
     if bridge is not None:
         summary["bridge"] = bridge.record()

@@ -60,7 +60,11 @@ class EpisodeVideo:
         self.frames: list[np.ndarray] = []
         self.times: list[float] = []
 
-    def _pose_ghost(self, k: int) -> bool:
+    def _pose_ghost(self, k: int, ghost_qpos=None) -> bool:
+        if ghost_qpos is not None:  # the caller placed the reference (a tracking policy's, turned to the robot)
+            self.ghost.qpos[:] = ghost_qpos
+            mujoco.mj_kinematics(self.m, self.ghost)
+            return True
         if self.ref_q is None:
             return False
         k = min(k, len(self.ref_q) - 1)
@@ -72,21 +76,21 @@ class EpisodeVideo:
         mujoco.mj_kinematics(self.m, g)
         return True
 
-    def render(self, qpos: np.ndarray, k: int) -> np.ndarray:
+    def render(self, qpos: np.ndarray, k: int, ghost_qpos=None) -> np.ndarray:
         self.d.qpos[:] = qpos
         mujoco.mj_kinematics(self.m, self.d)
         self.cam.lookat[:] = [qpos[0], qpos[1], CAMERA["lookat_z"]]
         self.renderer.update_scene(self.d, camera=self.cam)
         scn = self.renderer.scene
-        if self._pose_ghost(k):
+        if self._pose_ghost(k, ghost_qpos):
             n0 = scn.ngeom
             mujoco.mjv_addGeoms(self.m, self.ghost, self.opt, self.pert, mujoco.mjtCatBit.mjCAT_DYNAMIC, scn)
             for i in range(n0, scn.ngeom):
                 scn.geoms[i].rgba[:] = GHOST_RGBA
         return self.renderer.render().copy()
 
-    def capture(self, sim, t: float, k: int) -> None:
-        self.frames.append(self.render(sim.d.qpos.copy(), k))
+    def capture(self, sim, t: float, k: int, ghost_qpos=None) -> None:
+        self.frames.append(self.render(sim.d.qpos.copy(), k, ghost_qpos))
         self.times.append(t)
 
     def close(self) -> None:

@@ -9,7 +9,7 @@ clip (motions.clips). Used where the file's licence does not let the repository 
 
     package: holosoma-inference==0.1.3          # pip requirement, pinned
     member: holosoma_inference/models/wbt/ppo_g1_29dof_dancing.onnx
-    window: {start_frame: 3617, frames: 751, lead_in_s: 2.0}   # at the source's 50 Hz; lead-in: motions.windows.lead_in
+    window: {start_frame: 3617, frames: 751, lead_in_s: 2.0, lead_out_s: 2.0}   # 50 Hz; motions.windows.lead_in / lead_out
     selection: {...}                            # how the window was chosen (motions.windows.Window.record)
     description: one line
 
@@ -40,6 +40,7 @@ class Window(pydantic.BaseModel, extra="forbid"):
     start_frame: int = pydantic.Field(ge=0)
     frames: int = pydantic.Field(ge=2)
     lead_in_s: float = pydantic.Field(0.0, ge=0.0, le=10.0)  # s from standing to the first frame (0: none)
+    lead_out_s: float = pydantic.Field(0.0, ge=0.0, le=10.0)  # s from the last frame back to standing (0: none)
 
 
 class ClipSource(pydantic.BaseModel, extra="forbid"):
@@ -93,7 +94,7 @@ def wheel_member(package: str, member: str, cache: Path = CACHE) -> Path:
 
 def materialise(path, cache: Path = CACHE) -> Path:
     """The window the source file `path` describes, as a clip under cache (written once per file content)."""
-    from motions.windows import cut, lead_in, read_clip_arrays, write_clip_arrays
+    from motions.windows import cut, lead_in, lead_out, read_clip_arrays, write_clip_arrays
 
     path = Path(path)
     src = read_source(path)
@@ -109,6 +110,8 @@ def materialise(path, cache: Path = CACHE) -> Path:
     arrays = cut(read_clip_arrays(full), src.window.start_frame, src.window.frames)
     if src.window.lead_in_s > 0:
         arrays = lead_in(arrays, src.window.lead_in_s)
+    if src.window.lead_out_s > 0:
+        arrays = lead_out(arrays, src.window.lead_out_s)
     write_clip_arrays(out, arrays, note={"source": src.package, "member": src.member, **src.window.model_dump()})
     return out
 

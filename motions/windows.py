@@ -200,6 +200,17 @@ def lead_in(arrays: dict, seconds: float, hold_s: float = 0.5) -> dict:
     return {**arrays, "joint_pos": out, "joint_vel": np.concatenate([vel, np.asarray(arrays["joint_vel"], float)])}
 
 
+def lead_out(arrays: dict, seconds: float, hold_s: float = 0.5) -> dict:
+    """The clip with `seconds` of made-up frames after it back to standing: `lead_in` of the clip played
+    backwards, played forwards (its velocities' signs turned back), ending in `hold_s` of the home pose."""
+    rev = {**arrays, "joint_pos": np.asarray(arrays["joint_pos"])[::-1], "joint_vel": np.asarray(arrays["joint_vel"])[::-1]}
+    b = lead_in(rev, seconds, hold_s)
+    n = b["joint_pos"].shape[0] - rev["joint_pos"].shape[0]
+    jv = b["joint_vel"][::-1].copy()
+    jv[-n:] *= -1.0  # central differences taken backwards in time
+    return {**arrays, "joint_pos": b["joint_pos"][::-1].copy(), "joint_vel": jv}
+
+
 def write_clip_arrays(path, arrays: dict, note: dict | None = None) -> Path:
     """The clip in the BeyondMimic npz layout (fps, joint_pos, joint_vel, joint_names; motions.clip_files reads
     it), float32 tables (a 15 s clip at 50 Hz: 751 x 71 numbers); `note`, when given, as a JSON string entry."""
@@ -213,6 +224,6 @@ def write_clip_arrays(path, arrays: dict, note: dict | None = None) -> Path:
     return path
 
 
-__all__ = ["MAX_TILT_DEG", "Window", "activity", "activity_parts", "best_window", "cut", "lead_in", "read_clip_arrays",
+__all__ = ["MAX_TILT_DEG", "Window", "activity", "activity_parts", "best_window", "cut", "lead_in", "lead_out", "read_clip_arrays",
            "velocities",
            "write_clip_arrays"]

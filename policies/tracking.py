@@ -8,8 +8,9 @@ graph's own outputs, and the robot's anchor body relative to it.
 - The robot's anchor is the pelvis (IMU orientation, estimated position) moved through the joints to the
   anchor body by forward kinematics on the G1 model (robots.body_frames): `torso_link` through the three
   waist joints.
-- At the clip's first step the reference is turned about z so that its anchor heading is the robot's,
-  and moved on the ground so that its anchor starts at the robot's (height kept): what the field's
+- At the run's first step (the clip's first frame, or the frame a run starts at) the reference is turned about z
+  so that its anchor heading is the robot's, and moved on the ground so that its anchor starts at the robot's
+  (height kept): what the field's
   deploy code does (holosoma captures both yaws at start and removes them from both orientations; the
   product is the same rotation).
 - Orientation term: the relative rotation R = R_robot^T R_ref as its first two columns, row by row
@@ -236,10 +237,10 @@ class TrackingTerms:
         if not self.needs_anchor:
             return
         p_robot, r_robot = self.robot_anchor(q, quat, base_pos)
-        if not self._aligned:  # the clip's first step: the reference starts at the robot's heading and place
-            self.align = rot_z(yaw_of(r_robot) - yaw_of(quat_to_mat(ref.anchor_quat[0])))
+        if not self._aligned:  # the run's first step (frame k): the reference starts at the robot's heading and place
+            self.align = rot_z(yaw_of(r_robot) - yaw_of(quat_to_mat(ref.anchor_quat[k])))
             if ref.anchor_pos is not None:
-                self.origin = np.array([p_robot[0], p_robot[1], 0.0]) - self.align @ ref.anchor_pos[0] * [1, 1, 0]
+                self.origin = np.array([p_robot[0], p_robot[1], 0.0]) - self.align @ ref.anchor_pos[k] * [1, 1, 0]
             self._aligned = True
         r_rel = r_robot.T @ self.align @ quat_to_mat(ref.anchor_quat[k])
         self.anchor_ori_b = rot6d(r_rel)

