@@ -2,13 +2,14 @@
 holosoma-inference 0.1.3's PPO and FastSAC graphs of the same retargeted dance, evaluated by the same `make eval`
 on the same segment: each starts in its reference's state at the segment's first frame (eval.sim.reference_start;
 our clips begin with a lead-in from standing, holosoma's graph runs the whole 131 s dance) and runs the
-segment's seconds with eval's randomisation and push, measured against its own reference (the same clip).
+segment's seconds with eval's randomisation and push (no HOLD after: the segment ends mid-motion), measured
+against its own reference (the same clip). Our policies also run the whole clip as the robot runs it: from
+standing at frame 0 through the lead-in, the segment and the lead-out, then the 1.5 s HOLD ("stood at end").
 
     python -m experiments.tracking --clip dance --policy ours [--episodes 20]     (make tracking ARGS=...)
     python -m experiments.tracking --clip dance --policy ppo | fastsac
 
-Each call writes one row of results/tracking.json (key "<clip>/<policy>"): falls / episodes, standing at the end,
-body-position error (cm, the mean over policies.tracking.KEY_BODIES of |p - p~| with the reference relative to
+Each call writes one row of results/tracking.json (key "<clip>/<policy>"): falls / episodes, body-position error (cm, the mean over policies.tracking.KEY_BODIES of |p - p~| with the reference relative to
 the anchor, eval.sim.BodyTracker), joint RMS (rad), anchor orientation error (rad), and the training that made
 the policy (samples = iterations x environments x steps per iteration, wall time) as its provenance or metadata
 states it. `render_tracking_table` renders the table of docs/experiments.md.
@@ -90,13 +91,20 @@ def measure(clip: str, policy: str, episodes: int, seed: int) -> dict:
     else:
         path, start = wheel_member(HOLOSOMA, HOLOSOMA_WBT[policy]), graph_start
         training = holosoma_training(path)
-    cfg = EvalConfig(episodes=episodes, seed=seed, video=False, duration_s=seconds, start_frame=start)
+    # the segment: falls and errors over its frames only (no HOLD: it ends mid-motion)
+    cfg = EvalConfig(episodes=episodes, seed=seed, video=False, duration_s=seconds, start_frame=start, hold_s=0.0)
     summary, out = evaluate_policy(path, cfg, REPO / "runs" / "eval")
     tr = summary["tracking"] or {}
+    whole = None
+    if policy == "ours":  # the whole clip as the robot runs it: from standing, lead-in and lead-out, then HOLD
+        w, w_out = evaluate_policy(path, EvalConfig(episodes=episodes, seed=seed), REPO / "runs" / "eval")
+        whole = {"falls": w["falls"], "episodes": w["episodes"], "stood_at_end": w["stood_at_end"],
+                 "body_pos_err_cm": (w["tracking"] or {}).get("body_pos_err_cm"),
+                 "eval": str((w_out / "eval.json").relative_to(REPO)), "video": w.get("video"),
+                 "video_keyframes": w.get("video_keyframes")}
     return {"clip": clip, "policy": LABELS[policy], "source": str(path.relative_to(REPO)) if path.is_relative_to(REPO)
             else str(path), "start_frame": start, "seconds": seconds, "episodes": summary["episodes"],
-            "falls": summary["falls"], "stood_at_end": summary["stood_at_end"],
-            "mean_policy_s": summary["policy_s"],
+            "falls": summary["falls"], "mean_policy_s": summary["policy_s"], "whole_clip": whole,
             "body_pos_err_cm": tr.get("body_pos_err_cm"), "body_pos_err_worst_s_cm": tr.get("body_pos_err_worst_s_cm"),
             "joint_rms_rad": tr.get("joint_rms_rad"), "anchor_ori_err_rad": tr.get("anchor_ori_err_rad"),
             "eval_seed": seed, "eval": str((out / "eval.json").relative_to(REPO)), "training": training,
@@ -107,14 +115,16 @@ def render_tracking_table(results: dict) -> str:
     def f(v, fmt):
         return "-" if v is None else fmt.format(v)
 
-    rows = ["| clip | policy | segment (start frame, s) | falls/20 | stood | body position error cm (worst s) | "
-            "joint RMS rad | anchor ori rad | training samples | training wall min |",
+    rows = ["| clip | policy | segment (start frame, s) | falls | body position error cm (worst s) | "
+            "joint RMS rad | anchor ori rad | whole clip from standing: falls, stood at end | training samples | "
+            "training wall min |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results["rows"].values():
-        t = r["training"]
+        t, w = r["training"], r.get("whole_clip")
+        whole = f"{w['falls']}/{w['episodes']}, {w['stood_at_end']}/{w['episodes']}" if w else "-"
         rows.append(f"| {r['clip']} | {r['policy']} | {r['start_frame']}, {r['seconds']:g} | {r['falls']}/{r['episodes']} | "
-                    f"{r['stood_at_end']} | {f(r['body_pos_err_cm'], '{:.1f}')} ({f(r['body_pos_err_worst_s_cm'], '{:.1f}')}) | "
-                    f"{f(r['joint_rms_rad'], '{:.3f}')} | {f(r['anchor_ori_err_rad'], '{:.3f}')} | "
+                    f"{f(r['body_pos_err_cm'], '{:.1f}')} ({f(r['body_pos_err_worst_s_cm'], '{:.1f}')}) | "
+                    f"{f(r['joint_rms_rad'], '{:.3f}')} | {f(r['anchor_ori_err_rad'], '{:.3f}')} | {whole} | "
                     f"{f(t['samples'], '{:.3g}')} | {f(t['wall_min'], '{:.0f}')} |")
     return "\n".join(rows)
 
