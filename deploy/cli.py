@@ -233,7 +233,7 @@ def main(argv=None) -> int:
     if not args.quiet:
         keys = ("final_state", "states_visited", "ticks", "deadline_misses", "safety_events", "compute_ms_p50",
                 "compute_ms_p99", "compute_cpu_ms_p99", "stream_period_error_p50", "stream_period_error_p99", "fell",
-                "estimator_base_vel_rmse_mps", "estimator_base_height_rmse_m", "estop_to_damping_s", "policy",
+                "tilt_tripped", "estimator_base_vel_rmse_mps", "estimator_base_height_rmse_m", "estop_to_damping_s", "policy",
                 "velocity")
         print(json.dumps({k: summary.get(k) for k in keys}, indent=2))
     print(f"summary: {Path(summary['run_dir']) / 'summary.json'}", flush=True)

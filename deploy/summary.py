@@ -63,7 +63,10 @@ def write_results(loop: ControlLoop, final_state: str, end_t: float) -> dict:
         "compute_cpu_ms_p99": pct(pol["compute_cpu_ms"], 99),
         "stream_period_error_p50": pct(period_err, 50),
         "stream_period_error_p99": pct(period_err, 99),
-        "fell": bool(gt["fell"]) if gt.get("fell") is not None else bool(tilt_trip),
+        # fell: ground truth only (robots.physics.fallen on the sim bridge; None on the robot); the safety
+        # monitor's tilt trip is a different criterion (safety.limits.TILT_LIMIT) and is its own key
+        "fell": bool(gt["fell"]) if gt.get("fell") is not None else None,
+        "tilt_tripped": bool(tilt_trip),
         "estimator_base_vel_rmse_mps": gt.get("vel_rmse"),
         "estimator_base_height_rmse_m": gt.get("height_rmse"),
         "gt_pelvis_max_m": gt.get("pelvis_max"),  # sim: highest pelvis after the band's release

@@ -133,7 +133,7 @@ def test_push_that_tips_the_robot_damps_within_bound(sim, observer, dds_domain, 
     t_d = wait_until(lambda: observer.first("damping", t0), 5, "damping", proc=proc)
     code, out, err = finish(proc)
     s = assert_damping_run(code, out, err, "tilt")
-    assert s["fell"] is True
+    assert s["fell"] is True and s["tilt_tripped"] is True
     latency = t_d - t_cross
     print(f"push: tilt > {np.degrees(TILT_LIMIT):.0f} deg (ground truth seen here) -> damping on the wire "
           f"{latency * 1e3:.1f} ms; push -> damping {(t_d - t0) * 1e3:.0f} ms")
