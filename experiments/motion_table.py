@@ -64,6 +64,8 @@ def skip_reason(spec: Mapping | None, folder_files: Sequence[str]) -> str | None
     kind = spec.get("kind", "motion")
     if kind != "motion":
         return f"a {kind} policy (no motion reference to evaluate; eval runs native motion artifacts)"
+    if spec.get("tracking"):
+        return "a tracking policy (its table: make tracking, results/tracking.json)"
     dur = (spec.get("motion") or {}).get("duration")
     if not dur or float(dur) <= 0:
         return f"no motion to evaluate (motion duration {dur!r})"

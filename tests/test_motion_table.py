@@ -127,6 +127,8 @@ def test_skip_reason():
     files = ["policy.onnx", "policy.yaml", "reference.npz"]
     assert T.skip_reason({"motion": {"name": "stand", "duration": 4.0}}, files) is None  # the zero policy has a motion
     assert "velocity" in T.skip_reason({"kind": "velocity", "motion": {"duration": 0}}, files)
+    tracking = {"motion": {"name": "dance", "duration": 19.0}, "tracking": {"anchor_body": "torso_link"}}
+    assert "tracking policy" in T.skip_reason(tracking, files)
     assert "no motion" in T.skip_reason({"motion": {"name": "x", "duration": 0}}, files)
     assert "policy.onnx missing" in T.skip_reason({"motion": {"duration": 4}}, files[1:])
 
