@@ -10,9 +10,11 @@ export MPLBACKEND ?= Agg
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 
 MOTION ?= jump
-ALGO ?= bcg
-PRESET ?= cpu
-SEED ?= 0
+# ALGO, PRESET and SEED are passed to train only when given, so a motion's recipe (train/recipes.yaml) can set
+# them; unset, train.cli's defaults apply (bcg, cpu, 0)
+ALGO ?=
+PRESET ?=
+SEED ?=
 ROBOT ?= sim
 NET_IF ?=
 RUN ?=
@@ -80,7 +82,7 @@ test-slow: setup lo-multicast
 	$(PY) -m pytest -q -m slow $(ARGS)
 
 train: setup
-	$(PY) -m train.cli --motion $(MOTION) --algo $(ALGO) --preset $(PRESET) --seed $(SEED) $(if $(CALIB),--calibration $(CALIB)) $(ARGS)
+	$(PY) -m train.cli --motion $(MOTION) $(if $(ALGO),--algo $(ALGO)) $(if $(PRESET),--preset $(PRESET)) $(if $(SEED),--seed $(SEED)) $(if $(CALIB),--calibration $(CALIB)) $(ARGS)
 
 export: setup
 	@test -n "$(RUN)" || { echo "usage: make export RUN=runs/<motion>/<stamp>"; exit 2; }
