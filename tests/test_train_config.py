@@ -103,17 +103,20 @@ def test_legacy_mapping_refuses_an_inconsistent_old_run():
 
 
 def test_the_jump_recipe_is_what_trained_the_committed_jump():
-    """`make train MOTION=jump` with no ARGS runs train/recipes.yaml's flags: the committed policy's training
-    (its config: random starts 0.5; its provenance: a selected checkpoint within the recipe's iterations)."""
+    """`make train MOTION=jump` with no ARGS runs train/recipes.yaml's flags; the config they give is the committed
+    policy's training config (policies/g1/jump/training/config.yaml), every field, and its provenance names a
+    checkpoint the selection picked within the recipe's iterations."""
     import yaml
 
-    from train.cli import recipe
+    from train.cli import config_of, parse, recipe
+    from train.config import load_config
 
-    flags = recipe("jump")
-    assert flags == ["--iterations", "2400", "--time-budget-min", "45", "--set", "env.random_start=0.5",
-                     "--select-every", "50"]
+    a, steps = parse(["--motion", "jump"])
+    assert steps == recipe("jump") and steps
+    assert config_of(a).to_dict() == load_config("policies/g1/jump/training").to_dict()
     art = yaml.safe_load(open("policies/g1/jump/policy.yaml"))
-    assert "selected" in art["provenance"] and art["provenance"]["iterations"] <= 2400
-    trained = yaml.safe_load(open("policies/g1/jump/training/config.yaml"))
-    assert trained["env"]["random_start"] == 0.5
+    assert "selected" in art["provenance"] and art["provenance"]["iterations"] <= config_of(a).shac.iterations
+    # a flag given after the recipe wins
+    b, _ = parse(["--motion", "jump", "--seed", "7"])
+    assert config_of(b).seed == 7
     assert recipe("no_such_motion") == []

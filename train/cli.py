@@ -57,7 +57,7 @@ def parse_overrides(items: list[str]) -> dict:
     return out
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
     from train.config import PRESETS
 
     ap = argparse.ArgumentParser(prog="make train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -92,48 +92,65 @@ def main(argv=None) -> int:
                          "(sections: shac, actor, bcg, env, dr; repeatable; values parsed as YAML)")
     ap.add_argument("--no-recipe", action="store_true",
                     help="ignore the motion's recipe (train/recipes.yaml): the preset's settings and the flags given")
-    argv = list(sys.argv[1:] if argv is None else argv)
+    return ap
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The flags of `argv` after the motion's recipe (train/recipes.yaml; flags given win), and the recipe."""
+    ap = parser()
     a = ap.parse_args(argv)
     steps = [] if a.no_recipe else recipe(a.motion)
-    if steps:
-        print(f"recipe of {a.motion} (train/recipes.yaml): {shlex.join(steps)}")
-        a = ap.parse_args(steps + argv)
-    command = shlex.join(["python", "-m", "train.cli"] + argv)
-    if a.select_every < 0 or a.select_every % 25:
-        ap.error(f"--select-every {a.select_every}: use a multiple of 25 (the checkpoint interval), or 0 for off")
-    from motions import MotionError
-    from robots.calibration import CalibrationFileError
+    return (ap.parse_args(steps + argv) if steps else a), steps
+
+
+def config_of(a: argparse.Namespace):
+    """The TrainConfig a parsed command line trains (ValueError naming the key when a setting is refused)."""
     from train.config import preset
-    from train.pipeline import run
-    from train.trainer import TrainingDiverged
 
     stiffness: str | float = a.stiffness
     try:
         stiffness = float(a.stiffness)
     except ValueError:
         pass
-    try:
-        user = parse_overrides(a.set)
-        overrides: dict = {}
-        if a.calibration is not None:
-            from robots import g1
-            from train.calibrated import overrides as calibration_overrides
+    user = parse_overrides(a.set)
+    overrides: dict = {}
+    if a.calibration is not None:
+        from robots import g1
+        from train.calibrated import overrides as calibration_overrides
 
-            overrides = calibration_overrides(a.calibration, g1.CONTROL_DT)
-        for sec, fields in user.items():  # the user's --set wins over the calibration's
-            overrides.setdefault(sec, {}).update(fields)
-        if a.iterations is not None:
-            overrides.setdefault("shac", {})["iterations"] = a.iterations
-        env = overrides.setdefault("env", {})
-        if a.contact is not None:
-            env["contact"] = a.contact
-            if a.contact == "sigmoid":
-                env.setdefault("substeps", SIGMOID_SUBSTEPS)
-        if a.kappa is not None:
-            env["kappa"] = a.kappa
-        if a.impulse_mode is not None:
-            env["impulse_mode"] = a.impulse_mode
-        cfg = preset(a.preset, motion=a.motion, algo=a.algo, seed=a.seed, stiffness=stiffness).with_overrides(overrides)
+        overrides = calibration_overrides(a.calibration, g1.CONTROL_DT)
+    for sec, fields in user.items():  # the user's --set wins over the calibration's
+        overrides.setdefault(sec, {}).update(fields)
+    if a.iterations is not None:
+        overrides.setdefault("shac", {})["iterations"] = a.iterations
+    env = overrides.setdefault("env", {})
+    if a.contact is not None:
+        env["contact"] = a.contact
+        if a.contact == "sigmoid":
+            env.setdefault("substeps", SIGMOID_SUBSTEPS)
+    if a.kappa is not None:
+        env["kappa"] = a.kappa
+    if a.impulse_mode is not None:
+        env["impulse_mode"] = a.impulse_mode
+    return preset(a.preset, motion=a.motion, algo=a.algo, seed=a.seed, stiffness=stiffness).with_overrides(overrides)
+
+
+def main(argv=None) -> int:
+    ap = parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a, steps = parse(argv)
+    if steps:
+        print(f"recipe of {a.motion} (train/recipes.yaml): {shlex.join(steps)}")
+    command = shlex.join(["python", "-m", "train.cli"] + argv)
+    if a.select_every < 0 or a.select_every % 25:
+        ap.error(f"--select-every {a.select_every}: use a multiple of 25 (the checkpoint interval), or 0 for off")
+    from motions import MotionError
+    from robots.calibration import CalibrationFileError
+    from train.pipeline import run
+    from train.trainer import TrainingDiverged
+
+    try:
+        cfg = config_of(a)
     except CalibrationFileError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
