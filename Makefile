@@ -40,7 +40,7 @@ $(STAMP): requirements.lock pyproject.toml
 	.venv/bin/pip install -q --upgrade pip
 	.venv/bin/pip install -q -r requirements.lock
 	@echo "setup: compiling deploy's estimator, safety and policy kernels into numba's cache (once, ~40 s)"
-	.venv/bin/python -c "from deploy.estimator import Estimator; Estimator(); from safety import SafetyMonitor; SafetyMonitor(); from policies.runtime import PolicyRuntime; from policies.artifact import artifact_dir, load_artifact; PolicyRuntime(load_artifact(artifact_dir('stand')))"
+	.venv/bin/python -c "from estimation.estimator import Estimator; Estimator(); from safety import SafetyMonitor; SafetyMonitor(); from policies.runtime import PolicyRuntime; from policies.artifact import artifact_dir, load_artifact; PolicyRuntime(load_artifact(artifact_dir('stand')))"
 	@touch $(STAMP)
 	@echo "setup: .venv ready"
 
@@ -55,7 +55,7 @@ $(DEPLOY_VENV)/.installed: requirements-deploy.lock
 	  echo "$(PYTHON) -m venv failed: on Debian/Ubuntu run 'apt-get install python3-venv'"; exit 1; }
 	$(DEPLOY_VENV)/bin/pip install -q -r requirements-deploy.lock
 	@echo "setup-deploy: compiling the estimator, safety and policy kernels into numba's cache (once; ~40 s here, more on the Orin)"
-	$(DEPLOY_VENV)/bin/python -c "from deploy.estimator import Estimator; Estimator(); from safety import SafetyMonitor; SafetyMonitor(); from policies.runtime import PolicyRuntime; from policies.artifact import artifact_dir, load_artifact; PolicyRuntime(load_artifact(artifact_dir('stand')))"
+	$(DEPLOY_VENV)/bin/python -c "from estimation.estimator import Estimator; Estimator(); from safety import SafetyMonitor; SafetyMonitor(); from policies.runtime import PolicyRuntime; from policies.artifact import artifact_dir, load_artifact; PolicyRuntime(load_artifact(artifact_dir('stand')))"
 	@touch $@
 	@echo "setup-deploy: $(DEPLOY_VENV) ready (no jax)"
 

@@ -212,7 +212,8 @@ def compute_ticks(n: int = 5000, motion: str = "jump", sleep_s: float = 0.0, sce
     """p50/p99 (ms) of each policy-tick stage over `n` ticks: estimator, observation + ONNX, safety, and their sum.
     `sleep_s` idles before each tick, as the loop does between ticks (what runs meanwhile evicts the caches)."""
     from bench import estimator as B
-    from deploy.estimator import Estimator, EstimatorConfig
+    from control.tick import PolicyTick
+    from estimation.estimator import Estimator, EstimatorConfig
     from policies.artifact import artifact_dir, load_artifact
     from policies.runtime import PolicyRuntime
     from robots import g1
@@ -226,9 +227,9 @@ def compute_ticks(n: int = 5000, motion: str = "jump", sleep_s: float = 0.0, sce
     noise = B.SensorNoise()
     est = Estimator(EstimatorConfig(gyro_bias=noise.gyro_bias, accel_bias=noise.accel_bias), model=m)
     rt = PolicyRuntime(load_artifact(artifact_dir(motion)), backend=backend)
-    gains = None if (np.array_equal(rt.kp, g1.KP) and np.array_equal(rt.kd, g1.KD)) else (rt.kp, rt.kd)
     mon = SafetyMonitor()
-    est.reset(samples[0]["q"], samples[0]["quat"], 0.0)
+    tick = PolicyTick(est, rt, mon)  # the deploy loop's three stages, back to back
+    tick.start(samples[0]["q"], samples[0]["quat"], 0.0)
     mon.reset_target(samples[0]["q"])
     wall, cpu = np.zeros((len(samples), 4)), np.zeros((len(samples), 4))
     clock, cpu_clock = time.perf_counter, time.thread_time
@@ -239,11 +240,11 @@ def compute_ticks(n: int = 5000, motion: str = "jump", sleep_s: float = 0.0, sce
         if step == 0:
             rt.reset()
         c0, t0 = cpu_clock(), clock()
-        e = est.update(k * g1.COMMAND_DT, s["q"], s["dq"], s["quat"], s["gyro"], s["accel"], s["tau"])
+        tick.sense(k * g1.COMMAND_DT, s["q"], s["dq"], s["quat"], s["gyro"], s["accel"], s["tau"])
         c1, t1 = cpu_clock(), clock()
-        out = rt.step(step, s["q"], s["dq"], e.gyro, s["quat"], e.base_lin_vel, e.base_height)
+        out = tick.act(step, s["q"], s["dq"], s["quat"])
         c2, t2 = cpu_clock(), clock()
-        mon.step(t2, s["q"], s["dq"], s["quat"], out.target, rx_time=t2, tick=k, gains=gains)
+        tick.gate(t2, s["q"], s["dq"], s["quat"], out.target, rx_time=t2, tick=k)
         c3, t3 = cpu_clock(), clock()
         wall[k], cpu[k] = (t0, t1, t2, t3), (c0, c1, c2, c3)
     if mon.latched:

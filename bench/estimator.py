@@ -27,7 +27,7 @@ import time
 import mujoco
 import numpy as np
 
-from deploy.estimator import Estimator, EstimatorConfig
+from estimation.estimator import Estimator, EstimatorConfig
 from robots import g1
 from robots import model as robot_model
 

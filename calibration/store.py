@@ -5,7 +5,7 @@ and training read; this module writes files and maps fits onto it:
 
     calib = robots.calibration.load("sim")        # calibration/sim.yaml
     write(calib, path)                            # calibration: schema_version, robot, date added
-    estimator_config(calib)                       # deploy.estimator.EstimatorConfig (IMU biases)
+    estimator_config(calib)                       # estimation.estimator.EstimatorConfig (IMU biases)
     centre_from_fits(fits)                        # per-motor DR centre from actuator fits
     apply_to_model(model, calib)                  # train/eval: MjModel (before mjx.put_model)
 
@@ -54,8 +54,8 @@ def write(calib: Mapping, path: str | os.PathLike) -> Path:
 
 
 def estimator_config(calib: Mapping | str | os.PathLike | None, **overrides):
-    """deploy.estimator.EstimatorConfig with the IMU biases of a calibration (a mapping or a path)."""
-    from deploy.estimator import EstimatorConfig
+    """estimation.estimator.EstimatorConfig with the IMU biases of a calibration (a mapping or a path)."""
+    from estimation.estimator import EstimatorConfig
 
     if calib is not None and not isinstance(calib, Mapping):
         calib = load(calib)

@@ -151,7 +151,7 @@ def main(argv=None) -> int:
         for w in warnings:
             print(f"deploy: warning: {w}", file=sys.stderr, flush=True)
         if calib is not None:
-            from deploy.estimator import EstimatorConfig
+            from estimation.estimator import EstimatorConfig
             from robots.calibration import joint_offsets
 
             try:

@@ -25,14 +25,15 @@ from typing import Any, Callable
 import numpy as np
 
 from comm import dds, remote
+from control.tick import PolicyTick
 from deploy import realtime, velocity
-from deploy.estimator import Estimator, EstimatorConfig
 from deploy.link import Link
 from deploy.offsets import JointOffsets
 from deploy.log import CHUNK_S, LOG_FILE, Columns, StreamLog, new_run_dir, policy_fields, tick_fields
 from deploy.preflight import PreflightError, check_artifact, open_link, run_preflight
 from deploy.state_machine import STATES, AutoScript, ButtonEdges, State, StateMachine, estop_requested, state_index
 from deploy.summary import write_results
+from estimation.estimator import Estimator, EstimatorConfig
 from policies.artifact import Artifact
 from policies.runtime import HOLD_BLEND_S, PolicyRuntime
 from robots import g1
@@ -88,8 +89,6 @@ class ControlLoop:
                                                 backend=cfg.policy_backend)
         self.cmd_log = Columns(dict(t=(), cmd=(3,)))  # velocity policies: the command of each policy step
         self.track_log = Columns(dict(t=(), step=(), joint_sq=(), anchor_err=()))  # tracking policies, per step
-        rt_ = self.runtime  # a policy's own gains are sent in POLICY (STAND_UP/HOLD keep robots/g1.py's)
-        self._policy_gains = None if (np.array_equal(rt_.kp, g1.KP) and np.array_equal(rt_.kd, g1.KD)) else (rt_.kp, rt_.kd)
         self.sim = sim_client
         self.echo = echo
         self.estimator = estimator or Estimator(cfg.estimator)
@@ -184,6 +183,7 @@ class ControlLoop:
         that drive `_tick_inner` directly call it too)."""
         self.t0 = t0
         self.monitor = SafetyMonitor(Limits.default(), watchdog or self.cfg.watchdog, period=g1.COMMAND_DT, t0=t0)
+        self.tick = PolicyTick(self.estimator, self.runtime, self.monitor)  # estimator -> runtime -> safety gate
         self._state_q0 = None
         self._hold_from = self.runtime.default_q.copy()
         self._policy_target = self.runtime.default_q.copy()
@@ -270,7 +270,7 @@ class ControlLoop:
                 and all_finite(st.q, st.dq, st.quat, st.gyro, st.acc):
             self._est_seq = s.seq
             t0, c0 = time.monotonic(), time.thread_time()
-            self._est = self.estimator.update(st.tick * 1e-3, st.q, st.dq, st.quat, st.gyro, st.acc, st.tau_est)
+            self._est = self.tick.sense(st.tick * 1e-3, st.q, st.dq, st.quat, st.gyro, st.acc, st.tau_est)
             self._est_ms_last = (time.monotonic() - t0) * 1e3
             self._est_cpu_ms_last = (time.thread_time() - c0) * 1e3
 
@@ -302,8 +302,7 @@ class ControlLoop:
         t0, c0 = time.monotonic(), time.thread_time()
         cmd = velocity.policy_command(self.cfg.velocity, self.runtime.spec, wake - self.t0, st.remote) \
             if self.runtime.kind == "velocity" else None
-        out = self.runtime.step(step, st.q, st.dq, est.gyro, st.quat, est.base_lin_vel, est.base_height, command=cmd,
-                                base_pos=est.base_pos)
+        out = self.tick.act(step, st.q, st.dq, st.quat, command=cmd, estimate=est)
         if cmd is not None:
             self.cmd_log.append(t=wake - self.t0, cmd=self.runtime.command)
         tr = self.runtime.tracking
@@ -387,8 +386,8 @@ class ControlLoop:
 
         # the safety gate
         t_saf0, c_saf0 = time.monotonic(), time.thread_time()
-        cmd = mon.step(wake, st.q, st.dq, st.quat, proposed, rx_time=s.rx_time, tick=st.tick, lateness=lateness,
-                       gains=self._policy_gains if sm.state == State.POLICY else None)
+        cmd = self.tick.gate(wake, st.q, st.dq, st.quat, proposed, rx_time=s.rx_time, tick=st.tick, lateness=lateness,
+                             policy=sm.state == State.POLICY)
         t_saf1, c_saf1 = time.monotonic(), time.thread_time()
         if mon.latched and sm.state != State.DAMPING:
             self._enter_damping(t, mon.latch.trip.kind)
@@ -442,7 +441,7 @@ class ControlLoop:
                 self.runtime.n_steps = max(1, int(round((end - t) / self.runtime.control_dt)))
             # standing still in HOLD: the estimator's reset assumption (at rest, lower foot on the ground)
             try:
-                self._est = self.estimator.reset(st.q, st.quat, st.tick * 1e-3)
+                self._est = self.tick.start(st.q, st.quat, st.tick * 1e-3)
                 self._est_seq = self._last_seq  # this sample is the reset's
             except ValueError as e:
                 self.note(t, "estimator", f"reset skipped: {e}")

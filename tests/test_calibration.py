@@ -297,7 +297,7 @@ def test_yaml_roundtrip_and_consumers(tmp_path):
     calib = calib_file.load(path)
     est = store.estimator_config(calib)
     assert est.gyro_bias == (0.01, -0.02, 0.03) and est.accel_bias == (0.1, 0.2, -0.1)
-    from deploy.estimator import EstimatorConfig
+    from estimation.estimator import EstimatorConfig
 
     assert EstimatorConfig.from_calibration(calib).gyro_bias == est.gyro_bias  # deploy's own reader agrees
     assert calib_file.joint_offsets(calib)[18] == pytest.approx(0.04)

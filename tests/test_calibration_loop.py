@@ -15,7 +15,7 @@ import yaml
 from calibration import store
 from comm import hg
 from comm.hg import lowstate_cdr, lowstate_record
-from deploy.estimator import Estimator
+from estimation.estimator import Estimator
 from deploy.link import LowCmdBuilder, StateSample, parse_lowstate
 from deploy.loop import ControlLoop, LoopConfig
 from deploy.preflight import PreflightError, check_calibration

@@ -1,7 +1,7 @@
-"""deploy/estimator.py's rewrites (issue 16 item 3) against the computation they replaced: first 3-vectors as
+"""estimation/estimator.py's rewrites (issue 16 item 3) against the computation they replaced: first 3-vectors as
 Python floats, the transition as F P F^T, the leg measurement's innovation and noise blocks assembled without
-numpy; now the whole per-tick arithmetic as one numba kernel (deploy/estimator_kernel.py). `OldEstimator` below is
-deploy/estimator.py as of commit b2a9ccf, verbatim. On the same inputs (the four bench/estimator.py scenarios with
+numpy; now the whole per-tick arithmetic as one numba kernel (estimation/kernel.py). `OldEstimator` below is
+estimation/estimator.py as of commit b2a9ccf, verbatim. On the same inputs (the four bench/estimator.py scenarios with
 sensor noise, at 500 and 50 Hz, with and without joint torques, and with bad IMU / joint / torque samples injected)
 both give the same contact decisions and flags at every tick and the same estimate to float rounding (the kernel,
 measured: 7e-15 in the state and the outputs (6e-14 at 50 Hz), 1e-13 of max |P| in P, 7e-10 N of foot force: the
@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from bench import estimator as B
-from deploy.estimator import Estimator
-from deploy.estimator_config import Estimate, EstimatorConfig, EstimatorFlags
-from deploy.kinematics import G1LegKinematics
+from estimation.estimator import Estimator
+from estimation.config import Estimate, EstimatorConfig, EstimatorFlags
+from estimation.kinematics import G1LegKinematics
 from robots import g1
 from robots import model as robot_model
 from robots.physics import GRAVITY
@@ -110,7 +110,7 @@ def test_rewrite_matches_without_torques_and_when_hanging(model):
 def test_kernel_compiles_once_at_construction_whatever_the_inputs(model):
     """The kernels are typed on the estimator's own buffers only: lists, read-only, strided, float32 or int inputs
     never add a signature (a compile inside a tick)."""
-    from deploy import estimator_kernel as K
+    from estimation import kernel as K
 
     est = Estimator(model=model)
     n_tick, n_reset = len(K.tick.signatures), len(K.reset.signatures)
@@ -161,8 +161,8 @@ def test_read_only_install_compiles_in_memory(tmp_path, model):
     (tmp_path / "rofs.py").write_text(READ_ONLY_LOCATOR)
     script = (
         "import json, numpy as np\n"
-        "from deploy import estimator_kernel as K\n"
-        "from deploy.estimator import Estimator\n"
+        "from estimation import kernel as K\n"
+        "from estimation.estimator import Estimator\n"
         "from robots import g1\n"
         "est = Estimator()\n"
         "est.reset(g1.DEFAULT_JOINT_POS, [1, 0, 0, 0])\n"
@@ -193,8 +193,8 @@ import math
 import mujoco
 import numpy as np
 
-from deploy.estimator_config import Estimate, EstimatorConfig, EstimatorFlags
-from deploy.kinematics import G1LegKinematics
+from estimation.config import Estimate, EstimatorConfig, EstimatorFlags
+from estimation.kinematics import G1LegKinematics
 from robots import g1
 from robots.physics import GRAVITY
 
@@ -270,7 +270,7 @@ _H_HANG[:, 3:6] = _EYE3
 
 
 class OldEstimator:
-    """deploy.estimator.Estimator before the issue-16 rewrite, verbatim."""
+    """estimation.estimator.Estimator before the issue-16 rewrite, verbatim."""
 
     def __init__(self, config: EstimatorConfig = EstimatorConfig(), model: mujoco.MjModel | None = None):
         self.config = config

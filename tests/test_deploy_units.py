@@ -27,7 +27,7 @@ LIM = Limits.default()
 
 @pytest.fixture(scope="module")
 def estimator():
-    from deploy.estimator import Estimator
+    from estimation.estimator import Estimator
 
     return Estimator()
 

@@ -1,4 +1,4 @@
-"""State estimator (deploy/estimator.py) against ground truth in C MuJoCo, and its oracles.
+"""State estimator (estimation/estimator.py) against ground truth in C MuJoCo, and its oracles.
 
 Ground truth: bench/estimator.py runs the bridge model at 1 kHz (PD at g1.KP/g1.KD outside
 the model), reads the pelvis IMU from the model's sensors, adds sensor noise, a constant IMU
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from bench import estimator as B
-from deploy.estimator import Estimate, Estimator, EstimatorConfig, EstimatorFlags
-from deploy.kinematics import G1LegKinematics
+from estimation.estimator import Estimate, Estimator, EstimatorConfig, EstimatorFlags
+from estimation.kinematics import G1LegKinematics
 from robots import g1
 from robots import model as robot_model
 

@@ -22,7 +22,7 @@ from comm.sim_process import launch_bridge_process
 from sim.config import BandConfig, BridgeConfig, NoiseConfig
 from sim.node import SimBridge
 from sim.physics import BridgeSim
-from deploy.estimator import Estimator, EstimatorConfig
+from estimation.estimator import Estimator, EstimatorConfig
 from robots import g1
 
 NOISE = NoiseConfig(gyro_std=0.02, accel_std=0.15, joint_pos_std=0.001, joint_vel_std=0.05,

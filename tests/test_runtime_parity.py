@@ -13,7 +13,7 @@ import onnx
 import pytest
 
 from comm.hg import lowstate_cdr, lowstate_record
-from deploy.estimator import Estimator
+from estimation.estimator import Estimator
 from deploy.link import StateSample, parse_lowstate
 from deploy.loop import ControlLoop, LoopConfig
 from deploy.state_machine import State

@@ -1,5 +1,5 @@
 """The estimator's configuration (noise densities, thresholds, calibration biases) and its output types.
-Split from deploy/estimator.py, which holds the filter itself (its arithmetic: deploy/estimator_kernel.py)."""
+Split from estimation/estimator.py, which holds the filter itself (its arithmetic: estimation/kernel.py)."""
 from __future__ import annotations
 
 import dataclasses

@@ -3,7 +3,7 @@ foot contact of the G1 from LowState (IMU + joint encoders [+ joint torque estim
 
 - Orientation is the IMU's own quaternion (the robot reports it; pelvis IMU site).
 - Forward kinematics of the feet relative to the pelvis comes from the same MuJoCo model
-  the bridge simulates (`deploy/kinematics.py`).
+  the bridge simulates (`estimation/kinematics.py`).
 - A linear Kalman filter in the classic floating-base leg-odometry form (as in MIT
   Cheetah's linear state estimator): state x = [p, v, f_L, f_R] (12), the world position
   and velocity of the IMU point and the world positions of the two feet's contact points.
@@ -35,7 +35,7 @@ foot contact of the G1 from LowState (IMU + joint encoders [+ joint torque estim
 
 
 numpy + mujoco + numba; no jax (deploy rule). Cost (issue 16): the update's arithmetic is one compiled call
-(deploy/estimator_kernel.py) on arrays the estimator owns; Python validates the sample and runs mj_kinematics.
+(estimation/kernel.py) on arrays the estimator owns; Python validates the sample and runs mj_kinematics.
 The kernel is compiled (or loaded from numba's cache) when the first Estimator is built, never inside a tick.
 """
 from __future__ import annotations
@@ -45,9 +45,9 @@ import math
 import mujoco
 import numpy as np
 
-from deploy import estimator_kernel as K
-from deploy.estimator_config import Estimate, EstimatorConfig, EstimatorFlags
-from deploy.kinematics import G1LegKinematics
+from estimation import kernel as K
+from estimation.config import Estimate, EstimatorConfig, EstimatorFlags
+from estimation.kinematics import G1LegKinematics
 from robots import g1
 from robots.physics import GRAVITY
 
