@@ -37,6 +37,9 @@ def main(argv=None) -> int:
                     help="--policy: seconds of policy (tracking: at most the clip; velocity: default 10)")
     ap.add_argument("--start-frame", type=int, default=None,
                     help="tracking policies: start in the reference's state at this frame (default: standing, frame 0)")
+    ap.add_argument("--true-state", action="store_true",
+                    help="give the policy the simulator's true state, targets straight to the drives (default: the "
+                         "deploy loop's estimator on simulated sensors and its safety gate on every command)")
     ap.add_argument("--episodes", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-dr", action="store_true", help="no domain randomisation or pushes")
@@ -52,7 +55,8 @@ def main(argv=None) -> int:
     if not args.motion and not args.policy:
         ap.error("give --motion (make eval MOTION=...) or --policy (make eval POLICY=...)")
     cfg = EvalConfig(episodes=args.episodes, seed=args.seed, video=not args.no_video, hold_s=args.hold,
-                     dr=DRConfig(enabled=not args.no_dr), duration_s=args.duration, start_frame=args.start_frame)
+                     dr=DRConfig(enabled=not args.no_dr), duration_s=args.duration, start_frame=args.start_frame,
+                     true_state=args.true_state)
     try:
         bridge = None
         if args.calibration and args.bridge_perturbation:

@@ -39,6 +39,9 @@ class EvalConfig:
     # tracking policies: start in the reference's own state at this frame, the policy at this step (None: standing,
     # step 0)
     start_frame: int | None = None
+    # the policy on the simulator's true state, targets straight to the drives (diagnosis); default: the deploy
+    # loop's tick, estimator on simulated sensors and the safety gate on every command (eval.closed_loop)
+    true_state: bool = False
     flight_margin_s: float = 0.1
     dr: DRConfig = DRConfig()
     video: bool = True

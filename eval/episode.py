@@ -1,5 +1,6 @@
-"""One evaluation episode: the artifact's motion run by policies.runtime.PolicyRuntime (the deploy
-loop's runtime) at 50 Hz on the randomised bridge model, the drives' PD (robots.physics.pd_torque at
+"""One evaluation episode: the artifact's motion run by the deploy loop's tick (eval.closed_loop: estimator on
+simulated sensors, policies.runtime.PolicyRuntime at 50 Hz, the safety gate on every 2 ms command; or the policy
+on the true state with --true-state) on the randomised bridge model, the drives' PD (robots.physics.pd_torque at
 the artifact's gains times the episode's kp/kd scale, clipped to the motor limits) at 1 kHz, then
 the runtime's HOLD blend for hold_s.
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
+from eval.closed_loop import ClosedLoop
 from eval.config import EvalConfig, EvalError
 from eval.measures import MotionMeter
 from eval.sim import EvalSim
@@ -39,12 +41,14 @@ def draw_pushes(rng: np.random.Generator, cfg: EvalConfig, episode_s: float) -> 
 
 
 def run_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, ref_key: np.ndarray,
-                flights: tuple, renderer=None) -> dict:
+                flights: tuple, renderer=None, loop: ClosedLoop | None = None) -> dict:
     spec = runtime.art.spec
     rng = np.random.default_rng([cfg.seed, ep])
     dr = sim.randomise(rng, cfg.dr)
     sim.reset()
     runtime.reset()
+    loop = loop or ClosedLoop(sim, runtime, cfg.true_state)
+    loop.start(dr["kp_scale"], dr["kd_scale"])
     m, d = sim.m, sim.d
     meter = MotionMeter(m, sim.floor, [m.body(n).id for n in g1.FOOT_BODIES], float(d.qpos[0]))
     kp = np.asarray(spec.kp) * dr["kp_scale"]
@@ -75,7 +79,7 @@ def run_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, 
             break
         if k < n_policy:
             track.append(np.linalg.norm(d.xpos[sim.key_bodies] - ref_key[min(k, len(ref_key) - 1)], axis=1).mean())
-            out = runtime.step(k, q, dq, gyro, quat, vel_b, z)
+            out = loop.act(k)
             if not np.all(np.isfinite(out.action)):
                 raise EvalError(f"episode {ep}: the policy returned non-finite actions at step {k}")
             target = hold_from = out.target
@@ -86,7 +90,8 @@ def run_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, 
         in_flight = any(t0 - cfg.flight_margin_s <= t <= t1 + cfg.flight_margin_s for t0, t1 in flights)
         for s in range(decim):
             ts = t + s * m.opt.timestep
-            tau = pd_torque(sim.applied_target(target, ts), d.qpos[sim.qadr], d.qvel[sim.dadr], kp, kd)  # demanded; clipped
+            tgt, ckp, ckd = loop.command(ts, target, kp, kd, policy=k < n_policy)
+            tau = pd_torque(sim.applied_target(tgt, ts), d.qpos[sim.qadr], d.qvel[sim.dadr], ckp, ckd)  # demanded; clipped
             d.ctrl[:] = np.clip(tau, -g1.TORQUE_LIMIT, g1.TORQUE_LIMIT)
             d.xfrc_applied[sim.pelvis, :3] = 0.0
             for t0, t1, f in pushes:
@@ -117,6 +122,7 @@ def run_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, 
         and np.degrees(tilt_angle(quat)) < STOOD_TILT_DEG and np.linalg.norm(vel_b) < STOOD_SPEED_MPS
     return {
         "episode": ep, "fell": bool(fell), "fell_at_s": fell_t,
+        "safety_events": loop.events, "tilt_tripped": any(e["kind"] == "tilt" for e in loop.events),
         "apex_foot_clearance_m": float(sole_max_in_flight.min()) if flights and np.isfinite(sole_max_in_flight).all() else None,
         "landing_impact_bw": impact,
         "tracking_error_cm": float(np.mean(track) * 100) if track else None,

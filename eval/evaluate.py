@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from eval import report
+from eval.closed_loop import ClosedLoop
 from eval.config import EVAL_ROOT, EvalConfig, EvalError
 from eval.episode import run_episode
 from eval.measures import motion_stats
@@ -71,13 +72,14 @@ def evaluate(motion: str, cfg: EvalConfig = EvalConfig(), artifact_root: Path | 
     quat = getattr(ref_motion, "ref_base_quat", None) if ref_motion is not None else None
     renderer = open_video(sim, cfg.video_size, np.asarray(art.ref_q, float), base, quat) if cfg.video else None
     results, t_eps = [], []
+    loop = ClosedLoop(sim, runtime, cfg.true_state)
     try:
         from tqdm import tqdm
 
         it = tqdm(range(cfg.episodes), desc=f"eval {motion}", unit="ep", disable=not progress, file=sys.stdout)
         for ep in it:
             t0 = time.perf_counter()
-            r = run_episode(sim, runtime, cfg, ep, ref_key, flights, renderer if ep == 0 else None)
+            r = run_episode(sim, runtime, cfg, ep, ref_key, flights, renderer if ep == 0 else None, loop)
             t_eps.append(time.perf_counter() - t0)
             results.append(r)
             it.set_postfix(falls=sum(x["fell"] for x in results))
@@ -101,6 +103,8 @@ def evaluate(motion: str, cfg: EvalConfig = EvalConfig(), artifact_root: Path | 
         "artifact_provenance": art.spec.provenance,
         "episodes": len(results),
         "falls": int(sum(r["fell"] for r in results)),
+        "tilt_tripped": int(sum(r["tilt_tripped"] for r in results)),
+        "policy_input": "true state" if cfg.true_state else "estimator + safety gate",
         "stood_at_end": int(sum(r["stood_at_end"] for r in results)),
         "apex_foot_clearance_m": None if clear is None else {"mean": clear["mean"], "min": clear["min"]},
         "tracking_error_cm": None if track is None else track["mean"],

@@ -26,6 +26,7 @@ import numpy as np
 
 from eval.config import EVAL_ROOT, EvalConfig, EvalError
 from eval.episode import STOOD_HEIGHT_TOL_M, STOOD_SPEED_MPS, STOOD_TILT_DEG, draw_pushes
+from eval.closed_loop import ClosedLoop
 from eval.sim import BodyTracker, EvalSim, reference_qpos, reference_start
 from eval.video import open_video, write_gif, write_strip
 from policies.adapters import load_policy
@@ -51,7 +52,8 @@ def ghost_qpos(sim: EvalSim, tracking, k: int) -> np.ndarray:
     return qpos
 
 
-def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, video=None) -> dict:
+def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, video=None,
+                       loop: ClosedLoop | None = None) -> dict:
     spec = runtime.spec
     rng = np.random.default_rng([cfg.seed, ep])
     dr = sim.randomise(rng, cfg.dr)
@@ -68,6 +70,8 @@ def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep
     else:
         sim.reset()
     runtime.reset()
+    loop = loop or ClosedLoop(sim, runtime, cfg.true_state)
+    loop.start(dr["kp_scale"], dr["kd_scale"])
     bodies = BodyTracker(sim, tr_.ref, tr_.spec.anchor_body) if tr_ is not None and tr_.needs_anchor and \
         tr_.ref.anchor_pos is not None else None
     m, d = sim.m, sim.d
@@ -93,7 +97,7 @@ def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep
             fell, fell_t = True, t
             break
         if k < n_policy:
-            out = runtime.step(k0 + k, q, dq, gyro, quat, vel_b, z, command=command, base_pos=d.qpos[0:3].copy())
+            out = loop.act(k0 + k, command=command)
             if not np.all(np.isfinite(out.action)):
                 raise EvalError(f"episode {ep}: the policy returned non-finite actions at step {k}")
             target = hold_from = out.target
@@ -108,7 +112,8 @@ def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep
         kp, kd = gains[k >= n_policy]
         for s in range(decim):
             ts = t + s * m.opt.timestep
-            tau = pd_torque(sim.applied_target(target, ts), d.qpos[sim.qadr], d.qvel[sim.dadr], kp, kd)
+            tgt, ckp, ckd = loop.command(ts, target, kp, kd, policy=k < n_policy)
+            tau = pd_torque(sim.applied_target(tgt, ts), d.qpos[sim.qadr], d.qvel[sim.dadr], ckp, ckd)
             d.ctrl[:] = np.clip(tau, -g1.TORQUE_LIMIT, g1.TORQUE_LIMIT)
             d.xfrc_applied[sim.pelvis, :3] = 0.0
             for t0, t1, f in pushes:
@@ -128,6 +133,7 @@ def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep
         tr = tracking_summary(t_log, jsq, aerr, runtime.tracking.ref.frames, k0 + len(t_log), body_err=berr)
         tr["start_frame"] = k0
     return {"episode": ep, "fell": bool(fell), "fell_at_s": fell_t, "stood_at_end": bool(stood),
+            "safety_events": loop.events, "tilt_tripped": any(e["kind"] == "tilt" for e in loop.events),
             "final_pelvis_height_m": float(z), "policy_s": round(n_run * dt, 3),
             "tracking": tr, "dr": {k: (v if not isinstance(v, np.ndarray) else [round(float(x), 4) for x in v])
                                    for k, v in dr.items()}}
@@ -157,7 +163,8 @@ def evaluate_policy(policy: str | Path, cfg: EvalConfig = EvalConfig(), out_root
             and runtime.tracking.ref.anchor_pos is not None:
         video = open_video(sim, cfg.video_size)
     try:
-        eps = [run_policy_episode(sim, runtime, cfg, ep, video if ep == 0 else None) for ep in range(cfg.episodes)]
+        loop = ClosedLoop(sim, runtime, cfg.true_state)
+        eps = [run_policy_episode(sim, runtime, cfg, ep, video if ep == 0 else None, loop) for ep in range(cfg.episodes)]
     finally:
         if video is not None:
             video.close()
@@ -174,6 +181,8 @@ def evaluate_policy(policy: str | Path, cfg: EvalConfig = EvalConfig(), out_root
                         "backend": runtime.backend},
         "episodes": len(eps), "falls": int(sum(e["fell"] for e in eps)),
         "stood_at_end": int(sum(e["stood_at_end"] for e in eps)),
+        "tilt_tripped": int(sum(e["tilt_tripped"] for e in eps)),
+        "policy_input": "true state" if cfg.true_state else "estimator + safety gate",
         "policy_s": float(np.mean([e["policy_s"] for e in eps])) if eps else None,
         "tracking": {k: (float(np.mean([t[k] for t in trk])) if trk[0].get(k) is not None else None)
                      for k in TRACK_KEYS} if trk else None,
@@ -201,6 +210,6 @@ def format_policy_table(summary: dict) -> str:
                     f"{f(t.get('anchor_ori_err_rad')):>7} {f(t.get('anchor_ori_err_worst_s_rad')):>8} "
                     f"{f(t.get('body_pos_err_cm'), '{:.1f}'):>8} {str(e['stood_at_end']):>6}")
     rows.append(f"falls {summary['falls']}/{summary['episodes']}, stood at end {summary['stood_at_end']}; "
-                f"{summary['policy_info']['format']} {summary['policy_info']['kind']} policy "
-                "(tracking in rad and cm against the policy's own reference)")
+                f"{summary['policy_info']['format']} {summary['policy_info']['kind']} policy on the "
+                f"{summary['policy_input']} (tracking in rad and cm against the policy's own reference)")
     return "\n".join(rows)

@@ -81,7 +81,8 @@ def format_table(summary: dict) -> str:
                     f"{f(r['penetration_mm']):>7} {str(r['stood_at_end']):>6}")
     c = summary["apex_foot_clearance_m"]
     rows.append(
-        f"{summary['motion']}: {summary['episodes']} episodes, falls {summary['falls']}, stood at end "
+        f"{summary['motion']} ({summary.get('policy_input', 'true state')}): {summary['episodes']} episodes, falls "
+        f"{summary['falls']}, safety tilt trips {summary.get('tilt_tripped', 0)}, stood at end "
         f"{summary['stood_at_end']}/{summary['episodes']}, apex foot clearance "
         + ("n/a (no flight)" if c is None else f"mean {c['mean'] * 100:.1f} cm / min {c['min'] * 100:.1f} cm")
         + f", tracking error {f(summary['tracking_error_cm'])} cm, penetration max {f(summary['penetration_mm'])} mm, "

@@ -42,15 +42,19 @@ class EvalSim:
         self.pelvis = m.body(g1.BASE_BODY).id
         self.soles = list(RM.sole_spheres(m))
         self.key_bodies = np.array([m.body(n).id for n in KEY_BODIES])
-        try:
-            s = m.sensor("imu-pelvis-angular-velocity")
-            self.gyro_adr = slice(int(m.sensor_adr[s.id]), int(m.sensor_adr[s.id]) + 3)
-        except KeyError:
-            self.gyro_adr = None
+        self.gyro_adr, self.acc_adr = (self._sensor(n) for n in ("imu-pelvis-angular-velocity",
+                                                                 "imu-pelvis-linear-acceleration"))
         self.nominal = dict(friction=m.geom_friction.copy(), mass=m.body_mass.copy(), inertia=m.body_inertia.copy())
         self.home = m.key("home").id
         self.weight = float(m.body_subtreemass[0]) * GRAVITY
         self._force = np.zeros(6)
+
+    def _sensor(self, name: str) -> slice | None:
+        try:
+            s = self.m.sensor(name)
+        except KeyError:
+            return None
+        return slice(int(self.m.sensor_adr[s.id]), int(self.m.sensor_adr[s.id]) + 3)
 
     def randomise(self, rng: np.random.Generator, dr: DRConfig) -> dict:
         """Draw this episode's physics; returns the per-motor kp/kd scales and what was drawn."""
@@ -114,6 +118,15 @@ class EvalSim:
     def state(self):
         """(q, dq, gyro, quat, pelvis-frame linear velocity, pelvis height): the runtime's inputs
         (state_delay_s old when the setup delays the observation)."""
+        return self._record()[:6]
+
+    def sensors(self):
+        """(q, dq, quat, gyro, acc, tau): what the robot measures (LowState: encoders, the pelvis IMU's
+        orientation, gyro and accelerometer, the drives' torque), as old as `state()`."""
+        q, dq, gyro, quat, _, _, acc, tau = self._record()
+        return q, dq, quat, gyro, acc, tau
+
+    def _record(self):
         if self._state_steps:
             return tuple(x.copy() if isinstance(x, np.ndarray) else x for x in self._states[0])
         return self._now()
@@ -123,7 +136,9 @@ class EvalSim:
         quat = d.qpos[3:7].copy()
         gyro = d.sensordata[self.gyro_adr].copy() if self.gyro_adr is not None else d.qvel[3:6].copy()
         vel_b = quat_rotate_inverse(quat, d.qvel[0:3].copy())
-        return d.qpos[self.qadr].copy(), d.qvel[self.dadr].copy(), gyro, quat, vel_b, float(d.qpos[2])
+        acc = d.sensordata[self.acc_adr].copy() if self.acc_adr is not None else np.array([0.0, 0.0, GRAVITY])
+        return (d.qpos[self.qadr].copy(), d.qvel[self.dadr].copy(), gyro, quat, vel_b, float(d.qpos[2]), acc,
+                d.ctrl.copy())
 
     def sole_heights(self) -> np.ndarray:
         d, m = self.d, self.m

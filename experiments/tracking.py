@@ -104,7 +104,8 @@ def measure(clip: str, policy: str, episodes: int, seed: int) -> dict:
                  "video_keyframes": w.get("video_keyframes")}
     return {"clip": clip, "policy": LABELS[policy], "source": str(path.relative_to(REPO)) if path.is_relative_to(REPO)
             else str(path), "start_frame": start, "seconds": seconds, "episodes": summary["episodes"],
-            "falls": summary["falls"], "mean_policy_s": summary["policy_s"], "whole_clip": whole,
+            "falls": summary["falls"], "tilt_tripped": summary["tilt_tripped"], "policy_input": summary["policy_input"],
+            "mean_policy_s": summary["policy_s"], "whole_clip": whole,
             "body_pos_err_cm": tr.get("body_pos_err_cm"), "body_pos_err_worst_s_cm": tr.get("body_pos_err_worst_s_cm"),
             "joint_rms_rad": tr.get("joint_rms_rad"), "anchor_ori_err_rad": tr.get("anchor_ori_err_rad"),
             "eval_seed": seed, "eval": str((out / "eval.json").relative_to(REPO)), "training": training,
@@ -115,14 +116,15 @@ def render_tracking_table(results: dict) -> str:
     def f(v, fmt):
         return "-" if v is None else fmt.format(v)
 
-    rows = ["| clip | policy | segment (start frame, s) | falls | body position error cm (worst s) | "
-            "joint RMS rad | anchor ori rad | whole clip from standing: falls, stood at end | training samples | "
-            "training wall min |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| clip | policy | policy input | segment (start frame, s) | falls (safety tilt trips) | body position error "
+            "cm (worst s) | joint RMS rad | anchor ori rad | whole clip from standing: falls, stood at end | training "
+            "samples | training wall min |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results["rows"].values():
         t, w = r["training"], r.get("whole_clip")
         whole = f"{w['falls']}/{w['episodes']}, {w['stood_at_end']}/{w['episodes']}" if w else "-"
-        rows.append(f"| {r['clip']} | {r['policy']} | {r['start_frame']}, {r['seconds']:g} | {r['falls']}/{r['episodes']} | "
+        rows.append(f"| {r['clip']} | {r['policy']} | {r.get('policy_input', 'true state')} | {r['start_frame']}, "
+                    f"{r['seconds']:g} | {r['falls']}/{r['episodes']} ({r.get('tilt_tripped', '-')}) | "
                     f"{f(r['body_pos_err_cm'], '{:.1f}')} ({f(r['body_pos_err_worst_s_cm'], '{:.1f}')}) | "
                     f"{f(r['joint_rms_rad'], '{:.3f}')} | {f(r['anchor_ori_err_rad'], '{:.3f}')} | {whole} | "
                     f"{f(t['samples'], '{:.3g}')} | {f(t['wall_min'], '{:.0f}')} |")

@@ -13,10 +13,10 @@ import onnx
 import pytest
 
 from comm.hg import lowstate_cdr, lowstate_record
-from estimation.estimator import Estimator
 from deploy.link import StateSample, parse_lowstate
 from deploy.loop import ControlLoop, LoopConfig
 from deploy.state_machine import State
+from estimation.estimator import Estimator
 from eval.config import DRConfig, EvalConfig
 from eval.episode import run_episode
 from eval.sim import EvalSim, reference_key_positions
@@ -65,10 +65,10 @@ def test_runtime_targets_move_by_the_scale_difference(arts, sim):
     _check_scaling(PolicyRuntime(a).step(0, *state), PolicyRuntime(b).step(0, *state), a, b)
 
 
-def _eval_policy_steps(sim, art, n_steps):
+def _eval_policy_steps(sim, art, n_steps, true_state=True):
     """eval's episode code, no randomisation, n_steps policy steps and no HOLD: its logged actions/targets."""
     cfg = EvalConfig(episodes=1, duration_s=n_steps * art.spec.control_dt, hold_s=0.0, video=False,
-                     dr=DRConfig(enabled=False))
+                     dr=DRConfig(enabled=False), true_state=true_state)
     ref_key = reference_key_positions(sim, np.asarray(art.ref_q, float),
                                       np.stack([np.zeros(len(art.ref_height)), np.zeros(len(art.ref_height)),
                                                 np.asarray(art.ref_height, float)], 1))
@@ -92,6 +92,26 @@ def test_eval_episode_runs_the_runtime(arts, sim):
     for art, acts, tgts in ((a, acts_a, tgts_a), (b, acts_b, tgts_b)):
         np.testing.assert_allclose(tgts, np.asarray(art.spec.default_joint_pos) + art.spec.action_scale * acts,
                                    rtol=0, atol=1e-12)
+
+
+def test_eval_episode_runs_the_deploy_tick(arts, sim):
+    """By default eval's policy step 0 is the deploy loop's PolicyTick on the home keyframe's sensors: the estimator
+    reset at rest from the encoders and IMU, the runtime on its estimate (not on the true state)."""
+    from control.tick import PolicyTick
+    from estimation.estimator import Estimator
+    from safety import SafetyMonitor
+
+    a, _ = arts
+    acts, tgts = _eval_policy_steps(sim, a, 3, true_state=False)
+    sim.reset()
+    q, dq, quat, gyro, acc, tau = sim.sensors()
+    tick = PolicyTick(Estimator(model=sim.m), PolicyRuntime(a), SafetyMonitor())
+    est = tick.start(q, quat, 0.0)
+    out = tick.act(0, q, dq, quat)
+    np.testing.assert_array_equal(tgts[0], out.target)
+    true = PolicyRuntime(a).step(0, *_home_state(sim))
+    assert np.abs(out.obs - true.obs).max() > 0  # the estimate is not the true state
+    assert est.base_lin_vel == pytest.approx(np.zeros(3))  # reset at rest
 
 
 class RecordingLink:
