@@ -27,7 +27,7 @@ DEPLOY_VENV := .venv-deploy
 VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
 PYTHON ?= python3
 
-.PHONY: setup setup-deploy lint-imports test test-fast test-slow docs docs-tables gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table estimator-accuracy landing-search forward-jump-search forward-jump-far toe-jump-search contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast link-faults gradients-touchdown gradients-jump impulse-training tracking-policies tracking
+.PHONY: setup setup-deploy lint-imports test test-fast test-slow docs docs-tables gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table estimator-accuracy landing-search forward-jump-search forward-jump-far toe-jump-search contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast link-faults gradients-touchdown gradients-jump impulse-training tracking-policies tracking eval-inputs
 
 setup: $(STAMP)
 
@@ -96,6 +96,11 @@ sim: setup lo-multicast
 
 deploy: $(VENV)/.installed lo-multicast
 	$(VENV)/bin/python -m deploy.cli --robot $(ROBOT) --motion $(MOTION) $(if $(POLICY),--policy $(POLICY)) $(if $(NET_IF),--net-if $(NET_IF)) $(ARGS)
+
+# results/eval_inputs.json: every committed policy through make eval on the deploy tick (estimator + safety gate) and
+# on the true state, side by side (~7 min)
+eval-inputs: setup
+	$(PY) -m experiments.eval_inputs $(ARGS)
 
 # One row of results/tracking.json: a tracking policy (ours or holosoma's PPO / FastSAC) on its clip's segment in C MuJoCo
 # (ARGS="--clip dance --policy ours|ppo|fastsac")

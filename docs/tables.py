@@ -54,6 +54,7 @@ TABLES: dict[str, Table] = {
                                                                     "forward_jump_search_tau", "forward_jump_search_far"))),
     "tracking_policies": Table("experiments.tracking_policies:render_tracking_policies_table",
                                ("results/tracking_policies.json",)),
+    "eval_inputs": Table("experiments.eval_inputs:render_eval_inputs_table", ("results/eval_inputs.json",)),
     "tracking": Table("experiments.tracking:render_tracking_table", ("results/tracking.json",)),
     "link_faults": Table("experiments.link_faults:render_link_faults_table", ("results/link_faults.json",)),
     "cpu_quota": Table("bench.cpu_quota:render_cpu_quota_table", ("results/cpu_quota.json",)),
