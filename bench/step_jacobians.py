@@ -161,13 +161,13 @@ def main(argv=None) -> int:
     res = {"horizon": ns.horizon, "envs": ns.envs, "bcg": {"branches": BCGConfig().branches, "sigma_p": BCGConfig().sigma_p,
                                                            "sigma_v": BCGConfig().sigma_v},
            "settings": dict(old.get("settings", {}))}
-    for contact in ns.contacts:
+    Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
+    for contact in ns.contacts:  # written after each contact: a long run stopped early keeps what it measured
         sets = [(n, v) for c, n, v in SETTINGS if c == contact]
         res["settings"].update({f"{contact}_{k}": v for k, v in measure(contact, sets, ns.horizon, ns.envs).items()})
-    res["wall_s"] = time.perf_counter() - t0  # this run's; each setting's own is in its row
-    Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(ns.out).write_text(json.dumps(res, indent=2) + "\n")
-    print(f"wrote {ns.out}")
+        res["wall_s"] = time.perf_counter() - t0  # this run's; each setting's own is in its row
+        Path(ns.out).write_text(json.dumps(res, indent=2) + "\n")
+        print(f"wrote {ns.out}", flush=True)
     return 0
 
 
