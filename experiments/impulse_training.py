@@ -2,8 +2,8 @@
 
 A row is a finished `make train` run (runs/jump/<stamp>/, trained with --select-every): its config (algorithm,
 contact, mode, kappa, preset, seed), the iterations it ran and its wall time, the candidate the selection picked
-(eval seed 1000), the held-out evaluation of that exported policy in C MuJoCo (`python -m eval`, 20 randomised
-episodes, seed 0: falls, standing at the end, sole clearance, flight, tracking, penetration), and the selection's
+(eval seed 1000), the held-out evaluation of that exported policy in C MuJoCo (`python -m eval --true-state`, 20
+randomised episodes, seed 0: falls, standing at the end, sole clearance, flight, tracking, penetration), and the selection's
 falls/20 at every candidate (the learning curve a user cares about). `--plot` draws the training reward and the
 candidates' falls of every row against iterations (docs/impulse_training.png).
 
@@ -43,8 +43,9 @@ def evaluate(artifact: Path, out: Path, episodes: int = 20, seed: int = 0) -> di
     link = root / "jump"
     if not link.exists():
         link.symlink_to(Path(artifact).resolve())
+    # on the true state, as every row of this table and the selection during training were measured
     cmd = [sys.executable, "-m", "eval", "--motion", "jump", "--artifacts", str(root), "--episodes",
-           str(episodes), "--seed", str(seed), "--no-video", "--out", str(out)]
+           str(episodes), "--seed", str(seed), "--no-video", "--true-state", "--out", str(out)]
     subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     return json.loads(max(out.rglob("eval.json"), key=lambda p: p.stat().st_mtime).read_text())
 
