@@ -240,6 +240,17 @@ def test_tracking_env_smoke_and_observation_contract(tracking_env):
                                 base_lin_vel=quat_rotate_inverse(quat, qvel[0:3]), base_height=qpos[2],
                                 anchor_ori_b=tt.anchor_ori_b)
     np.testing.assert_allclose(np.asarray(s.obs[0]), O.build_observation(env.obs_specs, inputs), atol=2e-5)
+    # the exported artifact's reference (pelvis states -> anchor by forward kinematics) is the trainer's anchor
+    from motions import load_motion
+    from policies.tracking import reference_from_states
+    from robots.body_frames import quat_to_mat
+    from train.export import reference_base_states
+
+    motion = load_motion("box_lift")
+    art_ref = reference_from_states(motion.ref_q, *reference_base_states(motion), env.cfg.control_dt, "torso_link")
+    trained = np.asarray(env._ref_body_rot[:, env.anchor], float)
+    assert art_ref.frames == trained.shape[0]
+    np.testing.assert_allclose(np.stack([quat_to_mat(x) for x in art_ref.anchor_quat]), trained, atol=1e-5)
     # body kinematics == C MuJoCo's at the same state (velocities: the body Jacobians times qvel)
     m = env.mj_model
     d = mujoco.MjData(m)
