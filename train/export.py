@@ -252,11 +252,13 @@ def contact_provenance(cfg) -> dict:
 def repo_relative(path) -> str:
     """`path` relative to the repository when it lies inside it (an artifact's provenance names runs/..., not the
     machine it was trained on), else as given."""
-    p = Path(path).resolve()
-    try:
-        return str(p.relative_to(Path(__file__).resolve().parents[1]))
-    except ValueError:
-        return str(path)
+    root = Path(__file__).resolve().parents[1]
+    for p in (Path(path).absolute(), Path(path).resolve()):  # as given first: runs/ may be a link out of the tree
+        try:
+            return str(p.relative_to(root))
+        except ValueError:
+            pass
+    return str(path)
 
 
 def training_provenance(cfg, iterations: int, run, wall_time_s: float | None = None, **extra) -> dict:
