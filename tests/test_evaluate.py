@@ -37,6 +37,22 @@ def test_same_seed_same_result(tmp_path):
     assert a["per_episode"][0]["tracking_error_cm"] == b["per_episode"][0]["tracking_error_cm"]
 
 
+def test_a_shove_trips_the_safety_gate_on_the_tick_not_on_the_true_state(tmp_path):
+    """A 400 N x 0.3 s shove tips the standing robot: through the deploy tick the safety gate's tilt limit trips to
+    damping and the episode records it; on the true state there is no gate to trip."""
+    import dataclasses
+
+    dr = dataclasses.replace(EvalConfig().dr, push_force_n=(400.0, 400.0), push_duration_s=0.3)
+    cfg = EvalConfig(episodes=1, duration_s=2.0, hold_s=0.5, video=False, seed=3, dr=dr)
+    tick, _ = EV.evaluate("stand", cfg, out_root=tmp_path / "a", progress=False)
+    true, _ = EV.evaluate("stand", dataclasses.replace(cfg, true_state=True), out_root=tmp_path / "b", progress=False)
+    assert tick["policy_input"] == "estimator + safety gate" and true["policy_input"] == "true state"
+    ep = tick["per_episode"][0]
+    assert tick["tilt_tripped"] == 1 and ep["tilt_tripped"] and ep["fell"]
+    assert [e["kind"] for e in ep["safety_events"]] == ["tilt"]
+    assert true["tilt_tripped"] == 0 and true["per_episode"][0]["safety_events"] == []
+
+
 def test_unknown_motion_lists_available_artifacts(capsys):
     with pytest.raises(EvalError) as e:
         EV.resolve_artifact("moonwalk")
