@@ -34,7 +34,7 @@ foot contact of the G1 from LowState (IMU + joint encoders [+ joint torque estim
   sampled at 50 Hz (aliasing) and errors grow 2-3x (bench/estimator.py).
 
 
-numpy + mujoco + numba; no jax (deploy rule). Cost (issue 16): the update's arithmetic is one compiled call
+numpy + mujoco + numba; no jax (deploy rule). Cost: the update's arithmetic is one compiled call
 (estimation/kernel.py) on arrays the estimator owns; Python validates the sample and runs mj_kinematics.
 The kernel is compiled (or loaded from numba's cache) when the first Estimator is built, never inside a tick.
 """

@@ -1,4 +1,4 @@
-"""The estimator's per-tick arithmetic, compiled with numba (issue 16 item 3): estimation/estimator.py validates the
+"""The estimator's per-tick arithmetic, compiled with numba: estimation/estimator.py validates the
 sample, runs mj_kinematics and calls `tick`, which does the rest of the update in one call (prediction, contact
 points, leg Jacobians, foot forces, contact decisions, the Kalman updates, the output vector) in place on arrays
 the Estimator owns. The same operations as the Python-float version it replaced, in the same order where the

@@ -29,9 +29,9 @@ forward (TOE_START); `--start <file>` from a file `--write` wrote. `--tau-max F`
 not price; `--rounds` restarts Powell from the best point:
 
     python -m experiments.forward_jump_search --start toe --tau-max 0.75 --rounds 7 \
-        --out results/forward_jump_search_tau.json  # session 13: motions/forward_jump_toes.yaml
+        --out results/forward_jump_search_tau.json  # motions/forward_jump_toes.yaml
 
-What it found (session 11, results/forward_jump_search.json): a
+What it found (results/forward_jump_search.json): a
 flight consistent in both momenta that travels 0.42 m, but Powell stops in a local optimum whose landing still
 needs the CoP 5.5 cm outside the feet and a -6.6 N m s jump of the angular momentum at touch-down, whose push-off
 (heels rising over its last 0.09 s, the pelvis leaning back 0.2 rad at take-off) needs the CoP 48 cm behind the
@@ -53,8 +53,8 @@ from motions.torques import upper_torque_ratio
 
 MOTION = MOTIONS_DIR / "forward_jump.yaml"  # the name the files are checked under (not read)
 OUT = Path("results/forward_jump_search.json")
-CLEARANCE = 0.15  # m, the soles at mid-flight (issue 14: >= 10 cm at apex), or 5 mm above what `follow` gives
-TRAVEL_MIN = 0.45  # m, pelvis travel stand to stand (issue 14: >= 40 cm)
+CLEARANCE = 0.15  # m, the soles at mid-flight (bar: >= 10 cm at apex), or 5 mm above what `follow` gives
+TRAVEL_MIN = 0.45  # m, pelvis travel stand to stand (bar: >= 40 cm)
 F_MAX = 3.5  # body weights
 T_CROUCH, T_TAKEOFF = 1.6, 1.85
 # name, lower, upper, draft value

@@ -15,7 +15,7 @@ stood), and the objective is its cost with the travel term replaced by:
   + 1e5 * max(0, APEX_MIN - pelvis apex)^2 + 1e5 * max(0, FLIGHT_MIN - flight)^2
   + 1000 * max(0, peak upper-body |tau| / limit - TAU_MAX)^2   (motions.torques.upper_torque_ratio, inverse dynamics)
 
-APEX_MIN and FLIGHT_MIN are issue 14's bars (+10 cm, 0.3 s) plus what trained policies lost against their
+APEX_MIN and FLIGHT_MIN are the eval bars (+10 cm, 0.3 s) plus what trained policies lost against their
 reference before (jump_swing: apex -3 cm, flight -0.04 s). Powell stops in local optima; `--rounds` restarts it
 from the best point.
 """
@@ -34,10 +34,10 @@ from motions.torques import upper_torque_ratio
 
 MOTION = MOTIONS_DIR / "jump.yaml"
 OUT = Path("results/toe_jump_search.json")
-APEX_MIN = 0.92  # m (standing 0.785; issue 14: >= +10 cm in eval)
-FLIGHT_MIN = 0.34  # s (issue 14: >= 0.3 s in eval)
+APEX_MIN = 0.92  # m (standing 0.785; bar: >= +10 cm in eval)
+FLIGHT_MIN = 0.34  # s (bar: >= 0.3 s in eval)
 TAU_MAX = 0.75
-CLEARANCE = 0.21  # m, soles at mid-flight (issue 14: >= 15 cm in eval; jump_swing lost ~1 cm)
+CLEARANCE = 0.21  # m, soles at mid-flight (bar: >= 15 cm in eval; jump_swing lost ~1 cm)
 FIXED = {"travel": 0.0}  # and the touch-down feet where they stood (foot_x = 0)
 PARAMS = [p for p in FJ.PARAMS if p[0] not in FIXED and p[0] != "foot_ahead_touchdown"]
 NAMES = [p[0] for p in PARAMS]
@@ -49,7 +49,7 @@ DRAFT = dict(zip(FJ.NAMES, FJ.DRAFT)) | dict(
     touchdown_waist=0.0, catch_after_s=0.3, catch_height=0.66, catch_pelvis_behind_feet=-0.05, catch_pitch=0.25,
     catch_waist=0.2, catch_shoulder=0.2, recover_after_s=0.4, recover_height=0.76, recover_pitch=0.1,
     recover_waist=0.1, stand_after_s=0.8)
-DESCRIPTION = ("A vertical jump off the toes (issue 14 item 2), keyframes from experiments/toe_jump_search.py "
+DESCRIPTION = ("A vertical jump off the toes, keyframes from experiments/toe_jump_search.py "
                "(results/toe_jump_search.json; README \"Motions\").")
 
 

@@ -1,4 +1,4 @@
-"""The compiled policy backend (issue 16 item 3): the artifact's own ONNX graph, lowered at load to a short
+"""The compiled policy backend: the artifact's own ONNX graph, lowered at load to a short
 program over one float32 arena and run by one numba kernel, in place of an onnxruntime session per tick.
 
 The ONNX file stays the artifact and onnxruntime stays the reference: `lower` reads the graph with the `onnx`

@@ -1,4 +1,4 @@
-"""SafetyMonitor's per-tick arithmetic in one numba call (issue 16 item 3): the checks and the projection of
+"""SafetyMonitor's per-tick arithmetic in one numba call: the checks and the projection of
 safety.limits.checked_command for the usual case (29-motor float arrays, every kp > 0, a finite previous
 target), the same IEEE operations in the same order as limits.safe_target's two-row path, element by element.
 safety.limits stays the source of truth: the kernel answers only "position command, this target" or "not the usual

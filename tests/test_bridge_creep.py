@@ -1,4 +1,4 @@
-"""Bridge contact creep (issue 17 item 4): a standing robot under +-T Nm hip-yaw torques on top of the PD
+"""Bridge contact creep: a standing robot under +-T Nm hip-yaw torques on top of the PD
 holding the default pose (sim.creep on sim.physics.BridgeSim, the bridge's physics). With the chosen
 contact (robots.model.BRIDGE_CONTACT["noslip"]) the feet must not slide or turn; the bridge's default
 contact creeps (so the bound can fail). Figures: results/bridge_creep.json (`python -m sim.creep`)."""

@@ -1,4 +1,4 @@
-"""The calibration loop (issue 17): one calibration file feeds deploy and eval.
+"""The calibration loop: one calibration file feeds deploy and eval.
 
 - deploy applies joint offsets (hand-computed case: a known offset on one joint; estimator input,
   observation joint_pos and the safety gate all use q - offset, the LowCmd carries target + offset)

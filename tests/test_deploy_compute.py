@@ -1,4 +1,4 @@
-"""The policy tick's fast paths (issue 16 item 3) against the computations they replace, bit for bit
+"""The policy tick's fast paths against the computations they replace, bit for bit
 where the arithmetic is the same and within float tolerance where it is reordered:
 - policies.observation.ObservationBuffer == build_observation(...).astype(float32), every step;
 - projected_gravity_scalar == robots.physics.projected_gravity;

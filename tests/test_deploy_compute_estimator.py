@@ -1,7 +1,7 @@
-"""estimation/estimator.py's rewrites (issue 16 item 3) against the computation they replaced: first 3-vectors as
+"""estimation/estimator.py's compiled update against a plain-numpy form of the same filter: first 3-vectors as
 Python floats, the transition as F P F^T, the leg measurement's innovation and noise blocks assembled without
-numpy; now the whole per-tick arithmetic as one numba kernel (estimation/kernel.py). `OldEstimator` below is
-estimation/estimator.py as of commit b2a9ccf, verbatim. On the same inputs (the four bench/estimator.py scenarios with
+numpy; the whole per-tick arithmetic as one numba kernel (estimation/kernel.py). `OldEstimator` below is
+the filter in numpy, step by step. On the same inputs (the four bench/estimator.py scenarios with
 sensor noise, at 500 and 50 Hz, with and without joint torques, and with bad IMU / joint / torque samples injected)
 both give the same contact decisions and flags at every tick and the same estimate to float rounding (the kernel,
 measured: 7e-15 in the state and the outputs (6e-14 at 50 Hz), 1e-13 of max |P| in P, 7e-10 N of foot force: the
@@ -185,7 +185,7 @@ def test_read_only_install_compiles_in_memory(tmp_path, model):
     np.testing.assert_array_equal(np.array(got["x"]), est.x)
 
 
-# ---------------------------------------------------------------------- the replaced computation, verbatim
+# ---------------------------------------------------------------------- the same filter in numpy
 
 
 import math
@@ -270,7 +270,7 @@ _H_HANG[:, 3:6] = _EYE3
 
 
 class OldEstimator:
-    """estimation.estimator.Estimator before the issue-16 rewrite, verbatim."""
+    """The estimator in numpy, step by step (the compiled kernel's reference)."""
 
     def __init__(self, config: EstimatorConfig = EstimatorConfig(), model: mujoco.MjModel | None = None):
         self.config = config

@@ -18,7 +18,7 @@ from robots.physics import GRAVITY
 ARRAYS = ("ref_q", "ref_height", "ref_foot_height", "ref_dq", "ref_base_pos", "ref_base_lin_vel", "ref_foot_pos",
           "contact", "flight_mask")
 # the default (ballistic: pelvis) references as the builder makes them without `ballistic: com`, `pelvis_pitch` or
-# `heel_lift`: tests/data/default_references.npz, "<motion>/<array>". Written 2 December (session 11) by the builder
+# `heel_lift`: tests/data/default_references.npz, "<motion>/<array>". Written by the builder
 # whose sha256 of these arrays matched, on the machine of the last CI run, the ones recorded before `ballistic: com`
 # existed; on this session's machine (numpy's X86_V3 paths) the same code gives other bytes, so a byte-for-byte
 # hash is a check of the CPU: the check is to 1e-12 (rad, m, m/s)

@@ -1,5 +1,5 @@
 """experiments/toe_jump_search.py: the committed motions/jump.yaml is what its parameterisation writes, the
-figures it scores are the library's reference's, and what it was searched for holds (issue 14 item 2's reference:
+figures it scores are the library's reference's, and what it was searched for holds (the reference's:
 a flight of >= 0.34 s to a >= 0.92 m pelvis apex whose upper body needs <= 0.76 of its torque limits, against
 jump_swing's 1.58 / 1.54)."""
 import numpy as np

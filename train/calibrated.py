@@ -1,4 +1,4 @@
-"""Training for one calibrated robot (`make train ... CALIB=calibration/<id>.yaml`, issue 17).
+"""Training for one calibrated robot (`make train ... CALIB=calibration/<id>.yaml`).
 
 A calibration (robots/calibration.py) enters training in three places, each set once here:
 - the training model: the motor joints' armature, damping and friction loss are the calibration's

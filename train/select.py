@@ -1,6 +1,6 @@
 """Checkpoint selection by a held-out evaluation (`make train ... ARGS="--select-every 100"`).
 
-A motion's training return is not its success: the toe jump's run (session 13) fell 18/20 in `make eval` at
+A motion's training return is not its success: a toe jump run fell 18/20 in `make eval` at
 iteration 475, 0/20 at 825 and 14/20 at 1025 while its reward rose, and the forward jump's fell 20/20 at 900 and
 0/20 at its end. So every `every` iterations the training exports its policy to run/select/it<N>/<motion>/ and
 starts `python -m eval` on it in a subprocess (C MuJoCo and onnxruntime, no jax; it runs while the training
