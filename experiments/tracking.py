@@ -99,12 +99,14 @@ def measure(clip: str, policy: str, episodes: int, seed: int) -> dict:
     if policy == "ours":  # the whole clip as the robot runs it: from standing, lead-in and lead-out, then HOLD
         w, w_out = evaluate_policy(path, EvalConfig(episodes=episodes, seed=seed), REPO / "runs" / "eval")
         whole = {"falls": w["falls"], "episodes": w["episodes"], "stood_at_end": w["stood_at_end"],
+                 "fell_at_s": [e["fell_at_s"] for e in w["per_episode"] if e["fell"]],
                  "body_pos_err_cm": (w["tracking"] or {}).get("body_pos_err_cm"),
                  "eval": str((w_out / "eval.json").relative_to(REPO)), "video": w.get("video"),
                  "video_keyframes": w.get("video_keyframes")}
     return {"clip": clip, "policy": LABELS[policy], "source": str(path.relative_to(REPO)) if path.is_relative_to(REPO)
             else str(path), "start_frame": start, "seconds": seconds, "episodes": summary["episodes"],
             "falls": summary["falls"], "tilt_tripped": summary["tilt_tripped"], "policy_input": summary["policy_input"],
+            "fell_at_s": [e["fell_at_s"] for e in summary["per_episode"] if e["fell"]],
             "mean_policy_s": summary["policy_s"], "whole_clip": whole,
             "body_pos_err_cm": tr.get("body_pos_err_cm"), "body_pos_err_worst_s_cm": tr.get("body_pos_err_worst_s_cm"),
             "joint_rms_rad": tr.get("joint_rms_rad"), "anchor_ori_err_rad": tr.get("anchor_ori_err_rad"),
