@@ -77,8 +77,15 @@ def our_training(folder: Path) -> dict:
         envs, steps = cfg["shac"]["num_envs"], cfg["shac"]["horizon"]
     it = int(prov["iterations"])
     wall = prov.get("wall_time_s")
+    terms = {}
+    if (run / "metrics.csv").is_file():  # the tracking reward's terms over the last 100 iterations (per env-step)
+        import csv
+
+        rows = list(csv.DictReader(open(run / "metrics.csv")))[-100:]
+        terms = {k[len("r_track_"):]: round(sum(float(r[k]) for r in rows) / len(rows), 4)
+                 for k in rows[0] if k.startswith("r_track_")} if rows else {}
     return {"samples": it * envs * steps if envs and steps else None,
-            "wall_min": round(wall / 60, 1) if wall else None,
+            "wall_min": round(wall / 60, 1) if wall else None, "reward_terms_last100": terms,
             "note": f"{prov['algorithm']}, {prov.get('contact', '?')} contact, {it} iterations"
                     + (f" x {envs} envs x {steps} steps" if envs and steps else "") + f", run {prov.get('run')}"}
 
