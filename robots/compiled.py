@@ -1,5 +1,5 @@
 """numba.njit with the on-disk cache: the one decorator of the compiled kernels (safety/kernel.py,
-policies/mlp_kernel.py, deploy/estimator_kernel.py). It sits in robots/ because that is the one
+policies/mlp_kernel.py, estimation/kernel.py). It sits in robots/ because that is the one
 room all three may import."""
 from __future__ import annotations
 
