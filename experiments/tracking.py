@@ -6,7 +6,7 @@ segment's seconds with eval's randomisation and push (no HOLD after: the segment
 against its own reference (the same clip). Our policies also run the whole clip as the robot runs it: from
 standing at frame 0 through the lead-in, the segment and the lead-out, then the 1.5 s HOLD ("stood at end").
 
-    python -m experiments.tracking --clip dance --policy ours [--episodes 20]     (make tracking ARGS=...)
+    python -m experiments.tracking --clip dance --policy ours [--artifact DIR] [--episodes 20]   (make tracking ARGS=...)
     python -m experiments.tracking --clip dance --policy ppo | fastsac
 
 Each call writes one row of results/tracking.json (key "<clip>/<policy>"): falls / episodes, body-position error (cm, the mean over policies.tracking.KEY_BODIES of |p - p~| with the reference relative to
@@ -90,10 +90,10 @@ def our_training(folder: Path) -> dict:
                     + (f" x {envs} envs x {steps} steps" if envs and steps else "") + f", run {prov.get('run')}"}
 
 
-def measure(clip: str, policy: str, episodes: int, seed: int) -> dict:
+def measure(clip: str, policy: str, episodes: int, seed: int, artifact: Path | None = None) -> dict:
     ours_start, graph_start, seconds = segment(clip)
     if policy == "ours":
-        path, start = REPO / "policies" / "g1" / clip, ours_start
+        path, start = (Path(artifact).resolve() if artifact else REPO / "policies" / "g1" / clip), ours_start
         training = our_training(path)
     else:
         path, start = wheel_member(HOLOSOMA, HOLOSOMA_WBT[policy]), graph_start
@@ -146,10 +146,12 @@ def main(argv=None) -> int:
     ap.add_argument("--policy", default="ours", choices=list(LABELS))
     ap.add_argument("--episodes", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--artifact", type=Path, default=None,
+                    help="--policy ours: an artifact folder other than policies/g1/<clip> (e.g. runs/policies/...)")
     args = ap.parse_args(argv)
     if args.policy != "ours" and args.clip != "dance":
         ap.error("holosoma's graphs track the dance only (--clip dance)")
-    row = measure(args.clip, args.policy, args.episodes, args.seed)
+    row = measure(args.clip, args.policy, args.episodes, args.seed, args.artifact)
     results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"rows": {}}
     results["rows"][f"{args.clip}/{args.policy}"] = row
     results["method"] = __doc__
