@@ -4,7 +4,8 @@ on the same segment: each starts in its reference's state at the segment's first
 our clips begin with a lead-in from standing, holosoma's graph runs the whole 131 s dance) and runs the
 segment's seconds with eval's randomisation and push (no HOLD after: the segment ends mid-motion), measured
 against its own reference (the same clip). Our policies also run the whole clip as the robot runs it: from
-standing at frame 0 through the lead-in, the segment and the lead-out, then the 1.5 s HOLD ("stood at end").
+standing at frame 0 through the lead-in, the segment and the lead-out, then the 1.5 s HOLD ("stood at end"),
+in eval and in one real-time dry run on the sim bridge (`make deploy ROBOT=sim POLICY=...`).
 
     python -m experiments.tracking --clip dance --policy ours [--artifact DIR] [--episodes 20]   (make tracking ARGS=...)
     python -m experiments.tracking --clip dance --policy ppo | fastsac
@@ -34,7 +35,7 @@ RESULTS = REPO / "results" / "tracking.json"
 HOLOSOMA = "holosoma-inference==0.1.3"
 HOLOSOMA_WBT = {"ppo": "holosoma_inference/models/wbt/ppo_g1_29dof_dancing.onnx",
                 "fastsac": "holosoma_inference/models/wbt/fastsac_g1_29dof_dancing.onnx"}
-LABELS = {"ours": "ours (SHAC)", "ppo": "holosoma PPO", "fastsac": "holosoma FastSAC"}
+LABELS = {"ours": "ours", "ppo": "holosoma PPO", "fastsac": "holosoma FastSAC"}
 
 
 def segment(clip: str) -> tuple[int, int, float]:
@@ -105,12 +106,20 @@ def measure(clip: str, policy: str, episodes: int, seed: int, artifact: Path | N
     whole = None
     if policy == "ours":  # the whole clip as the robot runs it: from standing, lead-in and lead-out, then HOLD
         w, w_out = evaluate_policy(path, EvalConfig(episodes=episodes, seed=seed), REPO / "runs" / "eval")
-        whole = {"falls": w["falls"], "episodes": w["episodes"], "stood_at_end": w["stood_at_end"],
+        from experiments.tracking_policies import run_deploy
+
+        dry = run_deploy(path, (ours_start * 2 + int(round(seconds / g1.CONTROL_DT))) * g1.CONTROL_DT + 10.0)
+        whole = {"dry_run": {k: dry.get(k) for k in ("fell", "final_state", "states_visited", "safety_events",
+                                                      "policy_s", "summary", "error")},
+                 "falls": w["falls"], "episodes": w["episodes"], "stood_at_end": w["stood_at_end"],
                  "fell_at_s": [e["fell_at_s"] for e in w["per_episode"] if e["fell"]],
                  "body_pos_err_cm": (w["tracking"] or {}).get("body_pos_err_cm"),
                  "eval": str((w_out / "eval.json").relative_to(REPO)), "video": w.get("video"),
                  "video_keyframes": w.get("video_keyframes")}
-    return {"clip": clip, "policy": LABELS[policy], "source": str(path.relative_to(REPO)) if path.is_relative_to(REPO)
+    label = LABELS[policy]
+    if policy == "ours":  # the algorithm and contact it was trained with
+        label = f"ours ({training['note'].split(', ')[0]}, {training['note'].split(', ')[1]})"
+    return {"clip": clip, "policy": label, "source": str(path.relative_to(REPO)) if path.is_relative_to(REPO)
             else str(path), "start_frame": start, "seconds": seconds, "episodes": summary["episodes"],
             "falls": summary["falls"], "tilt_tripped": summary["tilt_tripped"], "policy_input": summary["policy_input"],
             "fell_at_s": [e["fell_at_s"] for e in summary["per_episode"] if e["fell"]],
@@ -126,12 +135,17 @@ def render_tracking_table(results: dict) -> str:
         return "-" if v is None else fmt.format(v)
 
     rows = ["| clip | policy | policy input | segment (start frame, s) | falls (safety tilt trips) | body position error "
-            "cm (worst s) | joint RMS rad | anchor ori rad | whole clip from standing: falls, stood at end | training "
+            "cm (worst s) | joint RMS rad | anchor ori rad | whole clip from standing: falls, stood at end; dry run | training "
             "samples | training wall min |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results["rows"].values():
         t, w = r["training"], r.get("whole_clip")
-        whole = f"{w['falls']}/{w['episodes']}, {w['stood_at_end']}/{w['episodes']}" if w else "-"
+        whole = "-"
+        if w:
+            d = w.get("dry_run") or {}
+            ev = "; ".join(e.split(":")[0] for e in d.get("safety_events") or []) or "no safety events"
+            whole = (f"{w['falls']}/{w['episodes']}, {w['stood_at_end']}/{w['episodes']}; dry run: "
+                     f"{d.get('final_state', '-')} ({ev})")
         rows.append(f"| {r['clip']} | {r['policy']} | {r.get('policy_input', 'true state')} | {r['start_frame']}, "
                     f"{r['seconds']:g} | {r['falls']}/{r['episodes']} ({r.get('tilt_tripped', '-')}) | "
                     f"{f(r['body_pos_err_cm'], '{:.1f}')} ({f(r['body_pos_err_worst_s_cm'], '{:.1f}')}) | "
