@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 from pathlib import Path
 
 from eval.config import EvalConfig
 from eval.evaluate import evaluate
 from experiments.policy_cards import committed_motions
+from experiments.runs_common import save_row
 from policies.artifact import POLICY_ROOT, PolicySpec, load_artifact
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,12 +61,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     motions = args.motions or [m for m in committed_motions() if not _is_tracking(m)]
-    results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"rows": {}}
+    results = {"rows": {}}
     for m in motions:
         print(f"{m}: eval on the tick and on the true state ...", flush=True)
-        results["rows"][m] = {**measure(m, args.episodes, args.seed), "date": dt.date.today().isoformat()}
-        results["method"] = __doc__
-        RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+        results = save_row(RESULTS, m, {**measure(m, args.episodes, args.seed), "date": dt.date.today().isoformat()},
+                           __doc__)
     print(render_eval_inputs_table(results))
     print(RESULTS)
     return 0

@@ -19,6 +19,15 @@ REPO = Path(__file__).resolve().parents[1]
 HOST_STALL_KINDS = ("deadline", "stale_state")
 
 
+def save_row(path: Path, key: str, row: Mapping, method: str) -> dict:
+    """Write `row` under `key` in the results file `path` (its other rows kept, `method` stated); the results."""
+    results = json.loads(path.read_text()) if path.is_file() else {"rows": {}}
+    results["rows"][key] = dict(row)
+    results["method"] = method
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
 def rel(p: Path | str) -> str:
     """p relative to the repository when it is inside it, else as given."""
     try:

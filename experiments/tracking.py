@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import re
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import yaml
 
 from eval.config import EvalConfig
 from eval.policy_eval import evaluate_policy
+from experiments.runs_common import save_row
 from motions.sources import SOURCE_SUFFIX, read_source, wheel_member
 from robots import g1
 
@@ -87,6 +87,7 @@ def our_training(folder: Path) -> dict:
                  for k in rows[0] if k.startswith("r_track_")} if rows else {}
     return {"samples": it * envs * steps if envs and steps else None,
             "wall_min": round(wall / 60, 1) if wall else None, "reward_terms_last100": terms,
+            "label": f"ours ({prov['algorithm']}, {prov.get('contact', '?')} contact)",
             "note": f"{prov['algorithm']}, {prov.get('contact', '?')} contact, {it} iterations"
                     + (f" x {envs} envs x {steps} steps" if envs and steps else "") + f", run {prov.get('run')}"}
 
@@ -116,10 +117,7 @@ def measure(clip: str, policy: str, episodes: int, seed: int, artifact: Path | N
                  "body_pos_err_cm": (w["tracking"] or {}).get("body_pos_err_cm"),
                  "eval": str((w_out / "eval.json").relative_to(REPO)), "video": w.get("video"),
                  "video_keyframes": w.get("video_keyframes")}
-    label = LABELS[policy]
-    if policy == "ours":  # the algorithm and contact it was trained with
-        label = f"ours ({training['note'].split(', ')[0]}, {training['note'].split(', ')[1]})"
-    return {"clip": clip, "policy": label, "source": str(path.relative_to(REPO)) if path.is_relative_to(REPO)
+    return {"clip": clip, "policy": training.pop("label", LABELS[policy]), "source": str(path.relative_to(REPO)) if path.is_relative_to(REPO)
             else str(path), "start_frame": start, "seconds": seconds, "episodes": summary["episodes"],
             "falls": summary["falls"], "tilt_tripped": summary["tilt_tripped"], "policy_input": summary["policy_input"],
             "fell_at_s": [e["fell_at_s"] for e in summary["per_episode"] if e["fell"]],
@@ -166,10 +164,7 @@ def main(argv=None) -> int:
     if args.policy != "ours" and args.clip != "dance":
         ap.error("holosoma's graphs track the dance only (--clip dance)")
     row = measure(args.clip, args.policy, args.episodes, args.seed, args.artifact)
-    results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"rows": {}}
-    results["rows"][f"{args.clip}/{args.policy}"] = row
-    results["method"] = __doc__
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    results = save_row(RESULTS, f"{args.clip}/{args.policy}", row, __doc__)
     print(render_tracking_table(results))
     print(RESULTS)
     return 0
