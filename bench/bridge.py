@@ -41,12 +41,12 @@ def _cost() -> dict:
     from comm import hg
     from sim.config import BandConfig, BridgeConfig
     from sim.core import BridgeCore
-    from sim.physics import BridgeSim
+    from plant.robot import Plant
     from robots import g1
 
     cfg = BridgeConfig(band=BandConfig(enabled=False), verbose=False)
     bridge = BridgeCore(cfg)
-    bridge.sim = sim = BridgeSim(cfg)
+    bridge.sim = sim = Plant(cfg.plant())
     cmd = hg.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)
     for _ in range(200):
         sim.step()

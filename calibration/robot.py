@@ -121,13 +121,13 @@ class InProcessBridge:
     def __init__(self, cfg=None) -> None:
         from sim.config import BandConfig, BridgeConfig
         from sim.core import BridgeCore
-        from sim.physics import BridgeSim
+        from plant.robot import Plant
 
         if cfg is None:
             cfg = BridgeConfig(band=BandConfig(height=1.05))
         self.cfg = dataclasses.replace(cfg, lockstep=True, verbose=False)
         self.bridge = BridgeCore(self.cfg, log=lambda s: None)
-        self.bridge.sim = self.sim = BridgeSim(self.cfg)
+        self.bridge.sim = self.sim = Plant(self.cfg.plant())
         self.mode_machine = g1.MODE_MACHINE_29DOF_REV1
         self._builder = LowCmdBuilder()
         self._queue: list[State] = []

@@ -1,7 +1,7 @@
 """One evaluation episode: the artifact's motion run by the deploy loop's tick (eval.closed_loop: estimator on
 simulated sensors, policies.runtime.PolicyRuntime at 50 Hz, the safety gate on every 2 ms command; or the policy
-on the true state with --true-state) on the randomised bridge model, the drives' PD (robots.physics.pd_torque at
-the artifact's gains times the episode's kp/kd scale, clipped to the motor limits) at 1 kHz, then
+on the true state with --true-state) on the randomised plant (plant.robot.Plant: the bridge model, the drives' PD
+at the artifact's gains times the episode's kp/kd scale, clipped to the motor limits, at 1 kHz), then
 the runtime's HOLD blend for hold_s.
 
 Invariants: the episode is a pure function of (artifact, cfg, ep): its randomisation and push come
@@ -20,7 +20,7 @@ from eval.sim import EvalSim
 from eval.video import render_frame
 from policies.runtime import PolicyRuntime
 from robots import g1
-from robots.physics import fallen, pd_torque, tilt_angle
+from robots.physics import fallen, tilt_angle
 
 # stood_at_end: upright at the default height, still
 STOOD_HEIGHT_TOL_M = 0.05
@@ -57,7 +57,8 @@ def run_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, 
     n_policy = min(int(round((cfg.duration_s or runtime.duration) / dt)), runtime.n_steps)
     n_hold = int(round(cfg.hold_s / dt))
     decim = int(round(dt / m.opt.timestep))
-    pushes = draw_pushes(rng, cfg, (n_policy + n_hold) * dt)
+    for push in draw_pushes(rng, cfg, (n_policy + n_hold) * dt):
+        sim.push(*push)
     target = runtime.default_q.copy()
     hold_from = target
     fell, fell_t = False, None
@@ -90,14 +91,8 @@ def run_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, 
         in_flight = any(t0 - cfg.flight_margin_s <= t <= t1 + cfg.flight_margin_s for t0, t1 in flights)
         for s in range(decim):
             ts = t + s * m.opt.timestep
-            tgt, ckp, ckd = loop.command(ts, target, kp, kd, policy=k < n_policy)
-            tau = pd_torque(sim.applied_target(tgt, ts), d.qpos[sim.qadr], d.qvel[sim.dadr], ckp, ckd)  # demanded; clipped
-            d.ctrl[:] = np.clip(tau, -g1.TORQUE_LIMIT, g1.TORQUE_LIMIT)
-            d.xfrc_applied[sim.pelvis, :3] = 0.0
-            for t0, t1, f in pushes:
-                if t0 <= ts < t1:
-                    d.xfrc_applied[sim.pelvis, :3] += f
-            sim.step()  # mj_step (+ the delayed observation's record)
+            sim.drive(*loop.command(ts, target, kp, kd, policy=k < n_policy), ts)
+            tau = sim.step()  # the torque the drives demanded (they apply it clipped to the motor limits)
             meter.step(d, tau, float(d.qpos[2]))
             pen, fz, fpen = sim.floor_contacts()
             pen_max = max(pen_max, pen)
@@ -110,7 +105,6 @@ def run_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, 
             frames.append(render_frame(renderer, sim, k + 1))
             frame_t.append(t + dt)
             next_frame_t += 1.0 / cfg.video_fps
-    d.xfrc_applied[:] = 0
     q, dq, gyro, quat, vel_b, z = sim.state()
     f, ft = np.asarray(force_hist), np.asarray(force_t)
     win = max(1, int(round(0.01 / m.opt.timestep)))

@@ -35,7 +35,7 @@ from policies.runtime import PolicyRuntime
 from policies.tracking import tracking_summary
 from robots import g1
 from robots.body_frames import mat_to_quat, quat_to_mat
-from robots.physics import FALL_HEIGHT_M, FALL_TILT_RAD, fallen, pd_torque, tilt_angle
+from robots.physics import FALL_HEIGHT_M, FALL_TILT_RAD, fallen, tilt_angle
 from robots.run_files import jsonable, stamped_dir
 
 VELOCITY_RUN_S = 10.0
@@ -82,7 +82,8 @@ def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep
     n_policy = min(int(round((cfg.duration_s or runtime.duration) / dt)), runtime.n_steps - k0)
     n_hold = int(round(cfg.hold_s / dt))
     decim = int(round(dt / m.opt.timestep))
-    pushes = draw_pushes(rng, cfg, (n_policy + n_hold) * dt)
+    for push in draw_pushes(rng, cfg, (n_policy + n_hold) * dt):
+        sim.push(*push)
     target = hold_from = runtime.default_q.copy()
     command = np.zeros(3) if runtime.kind == "velocity" else None
     fell, fell_t = False, None
@@ -112,18 +113,11 @@ def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep
         kp, kd = gains[k >= n_policy]
         for s in range(decim):
             ts = t + s * m.opt.timestep
-            tgt, ckp, ckd = loop.command(ts, target, kp, kd, policy=k < n_policy)
-            tau = pd_torque(sim.applied_target(tgt, ts), d.qpos[sim.qadr], d.qvel[sim.dadr], ckp, ckd)
-            d.ctrl[:] = np.clip(tau, -g1.TORQUE_LIMIT, g1.TORQUE_LIMIT)
-            d.xfrc_applied[sim.pelvis, :3] = 0.0
-            for t0, t1, f in pushes:
-                if t0 <= ts < t1:
-                    d.xfrc_applied[sim.pelvis, :3] += f
+            sim.drive(*loop.command(ts, target, kp, kd, policy=k < n_policy), ts)
             sim.step()
         if video is not None and t + dt >= next_frame_t - 1e-9:  # the state after step k's physics
             video.capture(sim, t + dt, k0 + k + 1, ghost_qpos(sim, tr_, k0 + min(k + 1, n_policy)))
             next_frame_t += 1.0 / cfg.video_fps
-    d.xfrc_applied[:] = 0
     if not fell:
         _, _, _, quat, vel_b, z = sim.state()
     stood = (not fell) and abs(z - g1.DEFAULT_BASE_HEIGHT) < STOOD_HEIGHT_TOL_M \

@@ -1,23 +1,24 @@
-"""The bridge model (robots.model.build_bridge_model: full collisions, MuJoCo's default contact at
-1 kHz) with per-episode domain randomisation, and the measurements an episode takes from it.
+"""Eval's view of the plant (plant.robot.Plant: the bridge model, full collisions, MuJoCo's default contact at
+1 kHz, the drives' PD, the pelvis IMU): per-episode domain randomisation, the setup's delays (plant.faults.DelayLine)
+and the measurements an episode takes.
 
-Invariants: `randomise` first restores the nominal model, so episodes are independent and a
-seeded generator gives the same physics; `state()` is what the policy observes: true joint state,
-pelvis gyro (the IMU sensor), orientation, pelvis-frame linear velocity and pelvis height over
-the flat floor.
+Invariants: `randomise` first restores the nominal model, so episodes are independent and a seeded generator gives
+the same physics; `state()` is the true state the --true-state path observes (joint state, pelvis gyro, orientation,
+pelvis-frame linear velocity, pelvis height over the flat floor), `sensors()` what the robot measures; both of the
+instant after the last physics step, or state_delay_s older when the setup delays the observation.
 """
 from __future__ import annotations
-
-import collections
 
 import mujoco
 import numpy as np
 
 from eval.bridge_setup import BridgeSetup
 from eval.config import KEY_BODIES, DRConfig
+from plant.config import BandConfig, PlantConfig, Push
+from plant.faults import DelayLine
+from plant.robot import Plant
 from policies.tracking import KEY_BODIES as TRACK_BODIES
 from policies.tracking import Reference, body_pos_error, pelvis_pose
-from robots import calibration as C
 from robots import g1
 from robots import model as RM
 from robots.body_frames import BodyFrames, mat_to_quat
@@ -27,34 +28,21 @@ from robots.physics import GRAVITY, quat_rotate_inverse
 class EvalSim:
     def __init__(self, setup: BridgeSetup | None = None):
         self.setup = setup = setup or BridgeSetup()  # nominal, a calibration's model or a hidden robot
-        self.m = RM.build_bridge_model(setup.model)
-        if setup.calibration is not None:
-            C.apply_to_model(self.m, setup.calibration, setup.model.mjcf)
-        self.d = mujoco.MjData(self.m)
+        self.plant = Plant(PlantConfig(model=setup.model, band=BandConfig(enabled=False)), setup.calibration)
+        self.m, self.d = m, _ = self.plant.model, self.plant.data
         self._cmd_delay = setup.cmd_delay_s
-        self._state_steps = int(round(setup.state_delay_s / self.m.opt.timestep))
-        self._pending: collections.deque = collections.deque()
-        self._issued = self._applied = None
-        self._states: collections.deque = collections.deque(maxlen=self._state_steps + 1)
-        m = self.m
-        self.qadr, self.dadr = RM.motor_qpos_adr(m), RM.motor_dof_adr(m)
+        self._state_delay = setup.state_delay_s
+        self._commands, self._states = DelayLine(), DelayLine()
+        self._issued = self._applied = self._state = None
+        self.qadr, self.dadr = self.plant.qadr, self.plant.dadr
         self.floor = m.geom("floor").id
         self.pelvis = m.body(g1.BASE_BODY).id
         self.soles = list(RM.sole_spheres(m))
         self.key_bodies = np.array([m.body(n).id for n in KEY_BODIES])
-        self.gyro_adr, self.acc_adr = (self._sensor(n) for n in ("imu-pelvis-angular-velocity",
-                                                                 "imu-pelvis-linear-acceleration"))
         self.nominal = dict(friction=m.geom_friction.copy(), mass=m.body_mass.copy(), inertia=m.body_inertia.copy())
-        self.home = m.key("home").id
         self.weight = float(m.body_subtreemass[0]) * GRAVITY
         self._force = np.zeros(6)
-
-    def _sensor(self, name: str) -> slice | None:
-        try:
-            s = self.m.sensor(name)
-        except KeyError:
-            return None
-        return slice(int(self.m.sensor_adr[s.id]), int(self.m.sensor_adr[s.id]) + 3)
+        self._t0 = 0.0
 
     def randomise(self, rng: np.random.Generator, dr: DRConfig) -> dict:
         """Draw this episode's physics; returns the per-motor kp/kd scales and what was drawn."""
@@ -80,65 +68,73 @@ class EvalSim:
         return {"kp_scale": kp_s, "kd_scale": kd_s, **info}
 
     def reset(self):
-        mujoco.mj_resetDataKeyframe(self.m, self.d, self.home)
-        mujoco.mj_forward(self.m, self.d)
-        self._pending.clear()
-        self._issued = self._applied = None
-        self._states.clear()
-        if self._state_steps:
-            self._states.append(self._now())
+        """The home keyframe, no set-point, no pushes; episode time 0 from here."""
+        self.plant.reset(count=False)
+        self._restart()
 
     def reset_to(self, qpos: np.ndarray, qvel: np.ndarray):
         """Start from a given state (eval.sim.reference_start) instead of the home keyframe."""
-        self.reset()
-        self.d.qpos[:], self.d.qvel[:] = qpos, qvel
-        mujoco.mj_forward(self.m, self.d)
-        if self._state_steps:
-            self._states.clear()
-            self._states.append(self._now())
+        self.plant.reset_to(qpos, qvel)
+        self._restart()
 
-    def step(self):
-        """One physics step (mj_step); records the state when the observation is delayed."""
-        mujoco.mj_step(self.m, self.d)
-        if self._state_steps:
-            self._states.append(self._now())
+    def _restart(self):
+        self.plant.pushes.clear()
+        self._t0 = self.plant.clock
+        self._commands.clear()
+        self._states.clear()
+        self._issued = self._applied = None
+        self._state = self._now()
 
-    def applied_target(self, target: np.ndarray, ts: float) -> np.ndarray:
-        """The target the drives use at time ts: `target` (issued now) itself without a command delay;
-        with one, the newest target issued at least cmd_delay_s ago (before any: the first issued)."""
-        if self._cmd_delay <= 0:
-            return target
-        if self._issued is None or not np.array_equal(target, self._issued):
-            self._issued = np.array(target, float)
-            self._pending.append((ts + self._cmd_delay, self._issued))
-        while self._pending and self._pending[0][0] <= ts + 1e-9:
-            self._applied = self._pending.popleft()[1]
-        return self._issued if self._applied is None else self._applied
+    def push(self, t0: float, t1: float, force: np.ndarray):
+        """A horizontal pelvis push from episode time t0 to t1."""
+        self.plant.schedule(Push(self._t0 + t0, tuple(float(f) for f in force), t1 - t0))
+
+    def drive(self, target: np.ndarray, kp: np.ndarray, kd: np.ndarray, ts: float):
+        """The drives' set-point at episode time ts: `target` (issued now) itself without a command delay; with
+        one, the newest target issued at least cmd_delay_s ago (before any: the first issued)."""
+        if self._cmd_delay > 0:
+            if self._issued is None or not np.array_equal(target, self._issued):
+                self._issued = np.array(target, float)
+                self._commands.push(ts + self._cmd_delay, self._issued)
+            due = self._commands.pop_due(ts)
+            if due:
+                self._applied = due[-1]
+            target = self._issued if self._applied is None else self._applied
+        self.plant.set_drive(target, kp, kd)
+
+    def step(self) -> np.ndarray:
+        """One physics step at the drives' set-point; returns the torque the drives demanded (before the motor
+        limits) and records the state when the observation is delayed."""
+        self.plant.step()
+        if self._state_delay > 0:
+            self._states.push(self.plant.clock + self._state_delay, self._now())
+            due = self._states.pop_due(self.plant.clock)
+            if due:
+                self._state = due[-1]
+        else:
+            self._state = None
+        return self.plant.tau_demand
 
     def state(self):
-        """(q, dq, gyro, quat, pelvis-frame linear velocity, pelvis height): the runtime's inputs
+        """(q, dq, gyro, quat, pelvis-frame linear velocity, pelvis height): the runtime's inputs on the true state
         (state_delay_s old when the setup delays the observation)."""
         return self._record()[:6]
 
     def sensors(self):
         """(q, dq, quat, gyro, acc, tau): what the robot measures (LowState: encoders, the pelvis IMU's
         orientation, gyro and accelerometer, the drives' torque), as old as `state()`."""
-        q, dq, gyro, quat, _, _, acc, tau = self._record()
-        return q, dq, quat, gyro, acc, tau
+        q, dq, gyro, _, _, _, acc, tau, imu_quat = self._record()
+        return q, dq, imu_quat, gyro, acc, tau
 
     def _record(self):
-        if self._state_steps:
-            return tuple(x.copy() if isinstance(x, np.ndarray) else x for x in self._states[0])
-        return self._now()
+        rec = self._state if self._state is not None else self._now()
+        return tuple(x.copy() if isinstance(x, np.ndarray) else x for x in rec)
 
     def _now(self):
-        d = self.d
+        d, s = self.d, self.plant.sensor_state()
         quat = d.qpos[3:7].copy()
-        gyro = d.sensordata[self.gyro_adr].copy() if self.gyro_adr is not None else d.qvel[3:6].copy()
         vel_b = quat_rotate_inverse(quat, d.qvel[0:3].copy())
-        acc = d.sensordata[self.acc_adr].copy() if self.acc_adr is not None else np.array([0.0, 0.0, GRAVITY])
-        return (d.qpos[self.qadr].copy(), d.qvel[self.dadr].copy(), gyro, quat, vel_b, float(d.qpos[2]), acc,
-                d.ctrl.copy())
+        return (s.q, s.dq, s.gyro, quat, vel_b, float(d.qpos[2]), s.acc, s.tau, s.quat)
 
     def sole_heights(self) -> np.ndarray:
         d, m = self.d, self.m

@@ -9,17 +9,10 @@ from __future__ import annotations
 import dataclasses
 
 from comm.dds import SIM_DOMAIN, SIM_INTERFACE
-from robots import g1
+from plant.config import BandConfig, NoiseConfig, PlantConfig, Push
 from robots.model import BridgeModelConfig
 
-
-@dataclasses.dataclass(frozen=True)
-class Push:
-    """External force (N, world frame) on the pelvis CoM from `time` (bridge clock, s)."""
-
-    time: float
-    force: tuple[float, float, float]
-    duration: float = 0.1
+__all__ = ["BandConfig", "BridgeConfig", "FaultConfig", "NoiseConfig", "Push", "RemoteEvent"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,29 +23,6 @@ class RemoteEvent:
     buttons: int = 0
     hold: float = 0.2
     sticks: tuple[tuple[str, float], ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class BandConfig:
-    enabled: bool = True  # engaged at start-up and after every reset
-    release_after: float | None = None  # s of bridge clock; None: only by control message
-    height: float = g1.DEFAULT_BASE_HEIGHT  # pelvis anchor height (m)
-    stiffness: float = 5000.0  # N/m: ~6.5 cm sag carrying the whole 33 kg robot
-    damping: float = 600.0  # N s/m (~0.75 of critical for 33 kg)
-    rot_stiffness: float = 500.0  # N m/rad, keeps the pelvis upright (yaw free)
-    rot_damping: float = 60.0  # N m s/rad
-
-
-@dataclasses.dataclass(frozen=True)
-class NoiseConfig:
-    """Sensor noise on the published LowState (ground truth stays exact)."""
-
-    gyro_std: float = 0.0  # rad/s
-    accel_std: float = 0.0  # m/s^2
-    joint_pos_std: float = 0.0  # rad
-    joint_vel_std: float = 0.0  # rad/s
-    gyro_bias: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    accel_bias: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,3 +60,7 @@ class BridgeConfig:
     max_lag_s: float = 0.02  # real time: re-base the schedule beyond this lag
     lockstep_idle_s: float = 0.1  # lockstep: re-publish the latest LowState this often when idle
     verbose: bool = True
+
+    def plant(self) -> PlantConfig:
+        """The simulated robot this bridge runs (model, band, scheduled pushes)."""
+        return PlantConfig(model=self.model, band=self.band, pushes=self.pushes)

@@ -21,8 +21,8 @@ from comm import sim_msgs
 from comm.hg import check_lowcmd, lowstate_cdr, lowstate_record
 from robots.physics import quat_to_rpy
 from sim.config import BridgeConfig
-from sim.faults import DelayLine, corrupt_crc, delay_s, happens, noisy_sensors
-from sim.physics import BridgeSim
+from plant.faults import DelayLine, corrupt_crc, delay_s, happens, noisy_sensors
+from plant.robot import Plant
 from sim.remote import VirtualRemote
 
 COUNTERS = (
@@ -33,15 +33,15 @@ COUNTERS = (
 
 
 class BridgeCore:
-    """Pipeline state around one `BridgeSim` (set `sim` before stepping; sim.node builds it)."""
+    """Pipeline state around one `plant.robot.Plant` (set `sim` before stepping; sim.node builds it)."""
 
     def __init__(self, cfg: BridgeConfig = BridgeConfig(), log: Callable[[str], None] | None = None):
         if cfg.steps_per_cmd < 1 or cfg.gt_decimation < 1:
             raise ValueError("steps_per_cmd and gt_decimation must be >= 1")
         self.cfg = cfg
         self._log = log or ((lambda s: print(s, flush=True)) if cfg.verbose else (lambda s: None))
-        self.lock = threading.Lock()  # the physics lock: BridgeSim is touched only under it
-        self.sim: BridgeSim | None = None
+        self.lock = threading.Lock()  # the physics lock: the plant is touched only under it
+        self.sim: Plant | None = None
         self.counters = dict.fromkeys(COUNTERS, 0)
         self._cmd_inbox: collections.deque = collections.deque(maxlen=1024)
         self._cmd_event = threading.Event()

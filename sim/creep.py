@@ -5,7 +5,7 @@ yaw, on top of the drives' PD holding the default pose: the situation a balancin
 not turn or slide on a rubber sole. On a soft contact it creeps: MuJoCo's friction constraints are soft,
 so a steady tangential load is carried by a steady slip velocity. For each bridge contact setting
 (robots.model.BridgeModelConfig: foot condim 3 / 4 / 6, torsional / rolling friction, pyramidal /
-elliptic cone, the noslip post-solver) this measures, on sim.physics.BridgeSim (the bridge's physics,
+elliptic cone, the noslip post-solver) this measures, on plant.robot.Plant (the bridge's physics,
 no DDS):
 
 - yaw_rate_rad_s: pelvis yaw rate, least-squares slope over the loaded window after a 1 s transient
@@ -33,7 +33,7 @@ from comm import hg
 from robots import g1
 from robots.model import BridgeModelConfig
 from sim.config import BandConfig, BridgeConfig
-from sim.physics import BridgeSim
+from plant.robot import Plant
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "results" / "bridge_creep.json"
@@ -74,7 +74,7 @@ def hold_command(tau_ff: np.ndarray) -> hg.LowCmdArrays:
 
 def creep(model: BridgeModelConfig, seconds: float = 10.0, torque_nm: float = 5.0) -> dict:
     """Creep of one contact setting (see the module doc); deterministic."""
-    sim = BridgeSim(BridgeConfig(model=model, band=BandConfig(enabled=True), verbose=False))
+    sim = Plant(BridgeConfig(model=model, band=BandConfig(enabled=True), verbose=False).plant())
     m, d = sim.model, sim.data
     feet = [m.body(n).id for n in g1.FOOT_BODIES]
     sim.set_command(hold_command(np.zeros(g1.NUM_MOTORS)))
@@ -158,7 +158,7 @@ def lockstep_rtf(args: list[str], domain: int, commands: int = 1000) -> float:
 
 def step_cost_us(model: BridgeModelConfig, steps: int = 2000) -> float:
     """Wall time of one physics step of the robot standing on PD (after a 0.5 s settle)."""
-    sim = BridgeSim(BridgeConfig(model=model, band=BandConfig(enabled=False), verbose=False))
+    sim = Plant(BridgeConfig(model=model, band=BandConfig(enabled=False), verbose=False).plant())
     sim.set_command(hold_command(np.zeros(g1.NUM_MOTORS)))
     for _ in range(500):
         sim.step()

@@ -1,4 +1,4 @@
-"""Sim bridge DDS node: a C MuJoCo G1 (sim.physics) that is the robot on DDS.
+"""Sim bridge DDS node: a C MuJoCo G1 (plant.robot) that is the robot on DDS.
 
 Speaks the robot's protocol with unitree_sdk2py's DDS set-up and IDL types (ChannelFactory
 participant; LowState_ written through a ChannelPublisher, LowCmd_ read as raw payloads of the
@@ -43,7 +43,7 @@ from comm.sim_process import READY_LINE, BridgeLaunchError
 from robots import g1
 from sim.config import BridgeConfig
 from sim.core import COUNTERS, BridgeCore
-from sim.physics import BridgeSim, GroundTruth
+from plant.robot import GroundTruth, Plant
 
 LOOP_PHASES = ("lock", "step", "publish", "sleep")  # real-time loop wall time, SimStatus_.loop_<phase>_s
 
@@ -57,7 +57,7 @@ class ViewerError(RuntimeError):
 
 
 class SimBridge(BridgeCore):
-    """The bridge: BridgeSim + DDS + scheduling. `run()` blocks (the CLI); `start()` runs it in a
+    """The bridge: the plant + DDS + scheduling. `run()` blocks (the CLI); `start()` runs it in a
     thread and returns once LowState is being published; `stop()` ends it.
 
         with SimBridge(BridgeConfig(domain=1, lockstep=True)) as bridge: ...
@@ -127,7 +127,7 @@ class SimBridge(BridgeCore):
         sim = self.sim
         if sim is not None:
             out.update(tick=sim.tick, clock=sim.clock, band=sim.band_engaged, resets=sim.resets,
-                       commanded=sim.command is not None, real_time_factor=self._rtf())
+                       commanded=sim.setpoint is not None, real_time_factor=self._rtf())
         return out
 
     def _rtf(self) -> float:
@@ -162,7 +162,7 @@ class SimBridge(BridgeCore):
         probe = self._start_busy_probe() if cfg.busy_check_s > 0 else None
         try:
             t0 = time.monotonic()
-            self.sim = BridgeSim(cfg)  # compiling takes ~1 s: the probe listens meanwhile
+            self.sim = Plant(cfg.plant())  # compiling takes ~1 s: the probe listens meanwhile
             if probe is not None:
                 self._finish_busy_probe(probe, cfg.busy_check_s - (time.monotonic() - t0))
         finally:
@@ -294,7 +294,7 @@ class SimBridge(BridgeCore):
             msg = sim_msgs.SimStatus_(
                 tick=sim.tick, sim_time=float(sim.data.time), clock=sim.clock, lockstep=int(self.cfg.lockstep),
                 band=int(sim.band_engaged), paused=int(self._paused_until is not None),
-                commanded=int(sim.command is not None),
+                commanded=int(sim.setpoint is not None),
                 **{k: c[k] for k in COUNTERS if k != "control_rejected"},
                 resets=sim.resets, control_seq=self._control_seq, remote_seq=self._remote_seq,
                 max_abs_tau=float(np.abs(sim.tau).max()), real_time_factor=self._rtf(),

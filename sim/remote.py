@@ -6,7 +6,7 @@ from typing import Sequence
 
 from comm.remote import RemoteState, encode_remote
 from sim.config import RemoteEvent
-from sim.faults import EPS
+from plant.faults import EPS
 
 
 class VirtualRemote:

@@ -1,5 +1,5 @@
 """Bridge contact creep: a standing robot under +-T Nm hip-yaw torques on top of the PD
-holding the default pose (sim.creep on sim.physics.BridgeSim, the bridge's physics). With the chosen
+holding the default pose (sim.creep on plant.robot.Plant, the bridge's physics). With the chosen
 contact (robots.model.BRIDGE_CONTACT["noslip"]) the feet must not slide or turn; the bridge's default
 contact creeps (so the bound can fail). Figures: results/bridge_creep.json (`python -m sim.creep`)."""
 import pytest

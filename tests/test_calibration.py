@@ -264,7 +264,7 @@ def test_session_clamps_targets_and_aborts_to_damping_on_nan():
     assert (steps <= s.limits.max_step + 1e-9).all()  # rate limit
     with pytest.raises(CalibrationAborted, match="nonfinite_action"):
         s.run("nan", lambda t, st: np.full(N, np.nan), 0.05)
-    cmd = robot.sim.command  # what the bridge applies now
+    cmd = robot.sim.setpoint  # what the bridge applies now
     assert (cmd.kp[:N] == 0).all() and (cmd.kd[:N] == g1.DAMPING_KD).all()
     with pytest.raises(CalibrationAborted):  # latched: nothing but damping from now on
         s.run("after", lambda t, st: ex.hang_pose(), 0.02)

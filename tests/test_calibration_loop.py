@@ -267,11 +267,14 @@ def test_eval_delays_targets_and_observations_by_hand():
     from eval.sim import EvalSim
 
     sim = EvalSim(parse_perturbation("cmd_latency_ms=6,state_latency_ms=4,armature_scale=1.5"))
-    assert sim._state_steps == 4
     sim.reset()
     a, b = np.full(N, 0.1), np.full(N, 0.2)
     # a issued at 0, b at 0.020 s: with 6 ms the drives use a until 0.026 s, then b (physics at 1 ms)
-    used = [sim.applied_target(a if k < 20 else b, k * 1e-3)[0] for k in range(40)]
+    used = []
+    for k in range(40):
+        sim.drive(a if k < 20 else b, g1.KP, g1.KD, k * 1e-3)
+        used.append(sim.plant.setpoint.q[0])
+    sim.reset()
     assert used[:26] == [0.1] * 26 and used[26:] == [0.2] * 14
     q0 = sim.state()[0].copy()
     for _ in range(4):

@@ -21,7 +21,7 @@ from comm import hg
 from comm.sim_process import launch_bridge_process
 from sim.config import BandConfig, BridgeConfig, NoiseConfig
 from sim.node import SimBridge
-from sim.physics import BridgeSim
+from plant.robot import Plant
 from estimation.estimator import Estimator, EstimatorConfig
 from robots import g1
 
@@ -41,7 +41,7 @@ def _rmse(ev, eh):
 def test_against_bridge_ground_truth_offline():
     cfg = BridgeConfig(band=BandConfig(enabled=False), verbose=False, noise=NOISE)
     bridge = SimBridge(cfg)
-    bridge.sim = sim = BridgeSim(cfg)
+    bridge.sim = sim = Plant(cfg.plant())
     sim.set_command(hg.lowcmd_arrays(hg.lowcmd_record(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)))
     for _ in range(500):  # settle 0.5 s on the feet
         sim.step()

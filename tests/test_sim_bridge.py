@@ -16,7 +16,7 @@ from comm.sim_process import REPO_ROOT
 from sim.cli import build_arg_parser, config_from_args, parse_push, parse_remote_script
 from sim.config import BandConfig, BridgeConfig, FaultConfig, NoiseConfig, Push
 from sim.node import SimBridge
-from sim.physics import BridgeSim, drive_torque
+from plant.robot import Plant, Setpoint, drive_torque
 from robots import g1
 from robots.physics import quat_to_rpy
 
@@ -30,7 +30,7 @@ def hold_default_pose() -> hg.LowCmdArrays:
 @pytest.fixture(scope="module")
 def standing():
     """A sim that held the default pose for 1 s without the band (shared, read-only)."""
-    sim = BridgeSim(NO_BAND)
+    sim = Plant(NO_BAND.plant())
     sim.set_command(hold_default_pose())
     for _ in range(1000):
         sim.step()
@@ -45,32 +45,33 @@ def test_pd_torque_hand_computed():
     mc["mode"][4], mc["q"][4], mc["kp"][4] = 0, 1.0, 100.0  # disabled motor: no torque
     q = np.full(29, 0.1)
     dq = np.full(29, -0.5)
-    tau = drive_torque(hg.lowcmd_arrays(rec), q, dq)
+    demand, tau = drive_torque(Setpoint.of_lowcmd(hg.lowcmd_arrays(rec)), q, dq)
+    assert demand[19] == pytest.approx(100.0 * (10.0 - 0.1)) and demand[4] == 0.0  # before the limit
     assert tau[0] == pytest.approx(3.0 + 100.0 * (0.5 - 0.1) + 2.0 * (1.0 + 0.5))  # 46
     assert tau[19] == pytest.approx(g1.TORQUE_LIMIT[19]) == 25.0
     assert tau[4] == 0.0
     assert not np.delete(tau, [0, 19]).any()
-    assert not drive_torque(None, q, dq).any()  # no command yet: zero torque
+    assert not np.any(drive_torque(None, q, dq))  # no command yet: zero torque
 
 
 def test_applied_torque_is_pd_of_the_measured_state():
-    sim = BridgeSim(NO_BAND)
+    sim = Plant(NO_BAND.plant())
     cmd = hold_default_pose()
     sim.set_command(cmd)
     for _ in range(20):
         q, dq = sim.data.qpos[sim.qadr].copy(), sim.data.qvel[sim.dadr].copy()
         sim.step()
-        np.testing.assert_allclose(sim.tau, drive_torque(cmd, q, dq))
+        np.testing.assert_allclose(sim.tau, drive_torque(Setpoint.of_lowcmd(cmd), q, dq)[1])
         np.testing.assert_allclose(sim.data.actuator_force, sim.tau)  # what MuJoCo applied
 
 
 def test_step_split_matches_mj_step():
-    sim = BridgeSim(NO_BAND)
+    sim = Plant(NO_BAND.plant())
     m, d = sim.model, mujoco.MjData(sim.model)
     mujoco.mj_resetDataKeyframe(m, d, sim.home_key)
     sim.set_command(hold_default_pose())
     for _ in range(200):
-        d.ctrl[:] = drive_torque(sim.command, d.qpos[sim.qadr], d.qvel[sim.dadr])
+        d.ctrl[:] = drive_torque(sim.setpoint, d.qpos[sim.qadr], d.qvel[sim.dadr])[1]
         mujoco.mj_step(m, d)
         sim.step()
     np.testing.assert_allclose(sim.data.qpos, d.qpos, atol=1e-6)
@@ -78,7 +79,7 @@ def test_step_split_matches_mj_step():
 
 
 def test_zero_torque_before_any_command_falls():
-    sim = BridgeSim(NO_BAND)
+    sim = Plant(NO_BAND.plant())
     for _ in range(1500):
         sim.step()
         assert not sim.tau.any()
@@ -86,7 +87,7 @@ def test_zero_torque_before_any_command_falls():
 
 
 def test_stands_5s_holding_default_pose():
-    sim = BridgeSim(NO_BAND)
+    sim = Plant(NO_BAND.plant())
     sim.set_command(hold_default_pose())
     heights = []
     for i in range(5000):
@@ -113,7 +114,7 @@ def test_imu_and_ground_truth_at_rest(standing):
 
 
 def test_imu_gyro_matches_base_rotation():
-    sim = BridgeSim(NO_BAND)
+    sim = Plant(NO_BAND.plant())
     sim.data.qvel[3:6] = [0.3, -0.2, 0.5]  # spin the base (body frame), no gravity effects yet
     mujoco.mj_forward(sim.model, sim.data)
     site_rot = sim.data.site_xmat[sim.imu_site].reshape(3, 3)
@@ -124,7 +125,7 @@ def test_imu_gyro_matches_base_rotation():
 
 def test_elastic_band_holds_a_limp_robot_and_releases():
     cfg = BridgeConfig(band=BandConfig(release_after=2.0), verbose=False)
-    sim = BridgeSim(cfg)
+    sim = Plant(cfg.plant())
     for _ in range(2000):
         sim.step()
     assert sim.band_engaged and sim.ground_truth().pos[2] > 0.65
@@ -134,8 +135,8 @@ def test_elastic_band_holds_a_limp_robot_and_releases():
 
 
 def test_push_gives_the_impulse_to_the_centre_of_mass():
-    sim = BridgeSim(BridgeConfig(pushes=(Push(0.01, (0.0, 150.0, 0.0), 0.1),), verbose=False,
-                                       band=BandConfig(enabled=False)))
+    sim = Plant(BridgeConfig(pushes=(Push(0.01, (0.0, 150.0, 0.0), 0.1),), verbose=False,
+                             band=BandConfig(enabled=False)).plant())
     sim.data.qpos[2] += 2.0  # in the air: only gravity (z) and the push act on the robot
     mujoco.mj_forward(sim.model, sim.data)
     com_y = []
@@ -148,14 +149,14 @@ def test_push_gives_the_impulse_to_the_centre_of_mass():
 
 
 def test_reset_restores_home_and_zero_torque():
-    sim = BridgeSim(NO_BAND)
+    sim = Plant(NO_BAND.plant())
     sim.set_command(hold_default_pose())
     for _ in range(300):
         sim.step()
     sim.push((100.0, 0, 0), 1.0)
     sim.reset()
     np.testing.assert_array_equal(sim.data.qpos, sim.model.key_qpos[sim.home_key])
-    assert sim.command is None and sim.resets == 1 and sim.data.time == 0.0
+    assert sim.setpoint is None and sim.resets == 1 and sim.data.time == 0.0
     assert sim.tick == 300  # the tick keeps counting across resets
     sim.step()
     assert not sim.tau.any() and not sim.data.xfrc_applied.any()
@@ -166,7 +167,7 @@ def test_lockstep_core_is_deterministic():
         cfg = BridgeConfig(seed=3, verbose=False, noise=NoiseConfig(gyro_std=0.01, joint_pos_std=0.001),
                               faults=FaultConfig(cmd_drop=0.2))
         bridge = SimBridge(cfg)
-        bridge.sim = BridgeSim(cfg)
+        bridge.sim = Plant(cfg.plant())
         out = []
         cmd = hg.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD)
         for k in range(200):
@@ -185,7 +186,7 @@ def offline_bridge(**kw) -> SimBridge:
     """A SimBridge driven step by step without DDS (white box: the pipeline, not the wire)."""
     cfg = BridgeConfig(verbose=False, **kw)
     bridge = SimBridge(cfg)
-    bridge.sim = BridgeSim(cfg)
+    bridge.sim = Plant(cfg.plant())
     return bridge
 
 
@@ -211,7 +212,7 @@ def test_rejected_commands_are_counted_and_never_applied():
                          (hg.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, mode_pr=1), "cmd_rejected_mode_pr")):
         states = run_steps(bridge, 10, msg)
         assert bridge.counters[counter] == 10
-        assert bridge.sim.command is None and not bridge.sim.tau.any()
+        assert bridge.sim.setpoint is None and not bridge.sim.tau.any()
         assert all(not s["motor_state"]["tau_est"].any() for s in states)
     assert bridge.counters["cmd_accepted"] == 0 and bridge.counters["cmd_received"] == 40
 
@@ -260,19 +261,19 @@ def test_command_latency_and_drop():
     bridge.submit_lowcmd(cmd)
     for k in range(5):
         run_steps(bridge, 1)
-        assert bridge.sim.command is None, k
+        assert bridge.sim.setpoint is None, k
     run_steps(bridge, 1)
-    assert bridge.sim.command is not None and bridge.counters["cmd_accepted"] == 1
+    assert bridge.sim.setpoint is not None and bridge.counters["cmd_accepted"] == 1
 
     lossy = offline_bridge(faults=FaultConfig(cmd_drop=1.0))
     run_steps(lossy, 10, cmd)
-    assert lossy.counters["cmd_dropped"] == 10 and lossy.sim.command is None
+    assert lossy.counters["cmd_dropped"] == 10 and lossy.sim.setpoint is None
 
 
 def test_control_messages_reset_band_push():
     bridge = offline_bridge()
     run_steps(bridge, 10, hg.build_lowcmd(q=g1.DEFAULT_JOINT_POS, kp=g1.KP, kd=g1.KD))
-    assert bridge.sim.band_engaged and bridge.sim.command is not None
+    assert bridge.sim.band_engaged and bridge.sim.setpoint is not None
     bridge.submit_control("control", sim_msgs.SimControl_(1, sim_msgs.OP_BAND, [0.0] * 6))
     bridge.submit_control("control", sim_msgs.SimControl_(2, sim_msgs.OP_PUSH, [0.0, 50.0, 0.0, 0.05, 0, 0]))
     run_steps(bridge, 1)
@@ -280,7 +281,7 @@ def test_control_messages_reset_band_push():
     bridge.submit_control("control", sim_msgs.SimControl_(3, sim_msgs.OP_RESET, [0.0] * 6))
     bridge.submit_control("control", sim_msgs.SimControl_(4, "explode", [0.0] * 6))
     run_steps(bridge, 1)
-    assert bridge.sim.resets == 1 and bridge.sim.command is None and bridge.sim.band_engaged
+    assert bridge.sim.resets == 1 and bridge.sim.setpoint is None and bridge.sim.band_engaged
     assert bridge.counters["control_rejected"] == 1 and bridge.control_seq == 4
 
 
@@ -325,8 +326,8 @@ def test_model_overrides_reach_the_model():
     ns = build_arg_parser().parse_args(["--armature-scale", "2", "--extra-joint-damping", "0.5",
                                            "--frictionloss-scale", "0"])
     cfg = config_from_args(ns)
-    base, perturbed = BridgeSim(BridgeConfig(verbose=False)).model, BridgeSim(cfg).model
-    dof = BridgeSim(cfg).dadr
+    base, perturbed = Plant(BridgeConfig(verbose=False).plant()).model, Plant(cfg.plant()).model
+    dof = Plant(cfg.plant()).dadr
     np.testing.assert_allclose(perturbed.dof_armature[dof], 2 * base.dof_armature[dof])
     np.testing.assert_allclose(perturbed.dof_damping[dof], base.dof_damping[dof] + 0.5)
     assert not perturbed.dof_frictionloss[dof].any()

@@ -1,39 +1,59 @@
-"""The simulated robot: C MuJoCo bridge model, drive PD, IMU, elastic band, pushes. No DDS.
+"""The simulated robot: C MuJoCo bridge model at 1 kHz, the drives' PD, the pelvis IMU, the elastic band, pushes.
 
-Every 1 kHz physics step applies per motor tau = tau_ff + kp (q* - q) + kd (dq* - dq) from the
-latest accepted LowCmd (robots.physics.pd_torque), clipped to `g1.TORQUE_LIMIT` (motor mode 0:
-no torque; before any command: zero torque). The IMU accelerometer is MuJoCo's from the previous
-physics step (1 ms old); everything else read between steps is of the same instant.
+Every physics step applies per motor tau = tau_ff + kp (q* - q) + kd (dq* - dq) from the drives' latest set-point
+(robots.physics.pd_torque), clipped to `g1.TORQUE_LIMIT` (a disabled motor, motor mode 0: no torque; before any
+set-point: zero torque). The IMU accelerometer is MuJoCo's from the previous physics step (1 ms old); everything
+else read between steps is of the same instant.
 
-The elastic band (on at start-up unless disabled) is a spring-damper pulling the pelvis to
-(x0, y0, band height) plus a torsional spring keeping it upright: a harness to hang the robot
-from while a deploy loop blends to its standing pose.
+The elastic band (on at start-up unless disabled) is a spring-damper pulling the pelvis to (x0, y0, band height)
+plus a torsional spring keeping it upright: a harness to hang the robot from while a deploy loop blends to its
+standing pose.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import mujoco
 import numpy as np
 
 from comm.hg import MOTOR_MODE_DISABLE, LowCmdArrays
+from plant.config import PlantConfig, Push
+from plant.faults import PushSchedule
+from robots import calibration as C
 from robots import g1
 from robots.model import ModelError, build_bridge_spec, motor_dof_adr, motor_qpos_adr
 from robots.physics import pd_torque
-from sim.config import BridgeConfig
-from sim.faults import PushSchedule
 
 
-def drive_torque(cmd: LowCmdArrays | None, q: np.ndarray, dq: np.ndarray) -> np.ndarray:
-    """The drives' torque for the 29 motors: robots.physics.pd_torque of the command's fields,
-    clipped to the motor limits; zero for motors in mode 0 and when no command was ever accepted."""
-    n = g1.NUM_MOTORS
-    if cmd is None:
-        return np.zeros(n)
-    tau = pd_torque(cmd.q[:n], q, dq, cmd.kp[:n], cmd.kd[:n], dq_target=cmd.dq[:n], tau_ff=cmd.tau[:n],
-                    tau_max=g1.TORQUE_LIMIT)
-    return np.where(cmd.mode[:n] != MOTOR_MODE_DISABLE, tau, 0.0)
+@dataclasses.dataclass(frozen=True)
+class Setpoint:
+    """What the 29 drives hold until the next set-point: targets, gains, feed-forward; `enabled` False where a motor
+    is disabled (None: all enabled)."""
+
+    q: np.ndarray
+    kp: np.ndarray
+    kd: np.ndarray
+    dq: np.ndarray | float = 0.0
+    tau_ff: np.ndarray | float = 0.0
+    enabled: np.ndarray | None = None
+
+    @classmethod
+    def of_lowcmd(cls, cmd: LowCmdArrays) -> "Setpoint":
+        n = g1.NUM_MOTORS
+        return cls(cmd.q[:n], cmd.kp[:n], cmd.kd[:n], cmd.dq[:n], cmd.tau[:n], cmd.mode[:n] != MOTOR_MODE_DISABLE)
+
+
+def drive_torque(sp: Setpoint | None, q: np.ndarray, dq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(demanded, applied) torque of the 29 drives at joint state (q, dq): robots.physics.pd_torque of the set-point,
+    and that clipped to the motor limits; both zero for disabled motors and before any set-point."""
+    if sp is None:
+        return np.zeros(g1.NUM_MOTORS), np.zeros(g1.NUM_MOTORS)
+    demand = pd_torque(sp.q, q, dq, sp.kp, sp.kd, dq_target=sp.dq, tau_ff=sp.tau_ff)
+    applied = np.clip(demand, -g1.TORQUE_LIMIT, g1.TORQUE_LIMIT)
+    if sp.enabled is not None:
+        demand, applied = np.where(sp.enabled, demand, 0.0), np.where(sp.enabled, applied, 0.0)
+    return demand, applied
 
 
 def _ensure_imu_sensors(spec: mujoco.MjSpec) -> None:
@@ -84,20 +104,23 @@ class GroundTruth:
     resets: int
 
 
-class BridgeSim:
+class Plant:
     """The simulated robot: C MuJoCo bridge model, drive PD, IMU, elastic band, pushes.
 
-    Single-threaded and deterministic; no DDS. `step()` advances one physics step with the
-    current command. Invariant between steps: position/velocity stages (kinematics, contacts,
-    gyro) are computed for the current qpos/qvel (mj_step1 after every mj_step2), so the state
-    read between steps is of one instant and PD uses exactly that state.
+    Single-threaded and deterministic; no DDS. `step()` advances one physics step with the drives' current
+    set-point. Invariant between steps: position/velocity stages (kinematics, contacts, gyro) are computed for the
+    current qpos/qvel (mj_step1 after every mj_step2), so the state read between steps is of one instant and PD uses
+    exactly that state. `calibration`: a calibration mapping (robots.calibration.load) whose joint parameters are
+    applied to the compiled model.
     """
 
-    def __init__(self, cfg: BridgeConfig = BridgeConfig()):
+    def __init__(self, cfg: PlantConfig = PlantConfig(), calibration: Mapping | None = None):
         self.cfg = cfg
         spec = build_bridge_spec(cfg.model)
         _ensure_imu_sensors(spec)
         self.model = m = spec.compile()
+        if calibration is not None:
+            C.apply_to_model(m, calibration, cfg.model.mjcf)
         self.data = mujoco.MjData(m)
         self.dt = float(m.opt.timestep)
         self.qadr = motor_qpos_adr(m)
@@ -114,8 +137,9 @@ class BridgeSim:
         self.home_key = m.key("home").id
         self.steps = 0  # monotonic physics steps since start
         self.resets = 0
-        self.command: LowCmdArrays | None = None
-        self.tau = np.zeros(g1.NUM_MOTORS)
+        self.setpoint: Setpoint | None = None
+        self.tau = np.zeros(g1.NUM_MOTORS)  # applied by the last step
+        self.tau_demand = np.zeros(g1.NUM_MOTORS)  # before the motor limits
         self.band_engaged = cfg.band.enabled
         self.band_anchor = np.zeros(3)
         self.pushes = PushSchedule(cfg.pushes)
@@ -134,19 +158,31 @@ class BridgeSim:
 
     # -- commands and events
     def reset(self, count: bool = True) -> None:
-        """Home keyframe, zero torque until the next command, band as configured."""
+        """Home keyframe, zero torque until the next set-point, band as configured; scheduled pushes stay."""
         m, d = self.model, self.data
         mujoco.mj_resetDataKeyframe(m, d, self.home_key)
         mujoco.mj_forward(m, d)
-        self.command = None
+        self.setpoint = None
         self.tau = np.zeros(g1.NUM_MOTORS)
+        self.tau_demand = np.zeros(g1.NUM_MOTORS)
         self.pushes.clear_active()
         self.set_band(self.cfg.band.enabled)
         if count:
             self.resets += 1
 
+    def reset_to(self, qpos: np.ndarray, qvel: np.ndarray) -> None:
+        """A given state instead of the home keyframe (otherwise as `reset`, not counted)."""
+        self.reset(count=False)
+        self.data.qpos[:], self.data.qvel[:] = qpos, qvel
+        mujoco.mj_forward(self.model, self.data)
+
     def set_command(self, cmd: LowCmdArrays | None) -> None:
-        self.command = cmd
+        """An accepted LowCmd becomes the drives' set-point (None: zero torque)."""
+        self.setpoint = None if cmd is None else Setpoint.of_lowcmd(cmd)
+
+    def set_drive(self, q: np.ndarray, kp: np.ndarray, kd: np.ndarray) -> None:
+        """A position set-point for all 29 drives (no feed-forward, zero target velocity)."""
+        self.setpoint = Setpoint(q, kp, kd)
 
     def set_band(self, engaged: bool) -> None:
         if engaged:
@@ -154,7 +190,12 @@ class BridgeSim:
         self.band_engaged = bool(engaged)
 
     def push(self, force: Sequence[float], duration: float) -> None:
+        """A push from now."""
         self.pushes.add(self.clock, force, duration, self.dt)
+
+    def schedule(self, push: Push) -> None:
+        """A push at `push.time` on the plant clock."""
+        self.pushes.schedule(push)
 
     def _scheduled(self) -> None:
         self.pushes.start_due(self.clock, self.dt)
@@ -178,7 +219,7 @@ class BridgeSim:
     def step(self) -> None:
         m, d = self.model, self.data
         self._scheduled()
-        self.tau = drive_torque(self.command, d.qpos[self.qadr], d.qvel[self.dadr])
+        self.tau_demand, self.tau = drive_torque(self.setpoint, d.qpos[self.qadr], d.qvel[self.dadr])
         d.ctrl[:] = self.tau
         d.xfrc_applied[self.base_body] = self._external_force()
         mujoco.mj_step2(m, d)

@@ -1,9 +1,9 @@
-"""Fault injection of the sim bridge: delay lines, random drops, CRC corruption, sensor noise and
-the schedule of external pushes.
+"""What lies between the robot and its controller, and what pushes it: delay lines, random drops, CRC corruption,
+sensor noise and the schedule of external pushes.
 
-Pure helpers around one numpy Generator owned by the bridge: every random draw is made here, in
-the order the bridge calls them, so a run with a given seed is reproducible (lockstep runs are
-bit-identical). A helper makes no draw when its probability / std is zero.
+Pure helpers around one numpy Generator owned by the caller (the sim bridge, an eval episode): every random draw is
+made here, in the order the caller makes them, so a run with a given seed is reproducible (the bridge's lockstep
+runs are bit-identical). A helper makes no draw when its probability / std is zero.
 """
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sim.config import NoiseConfig, Push
+from plant.config import NoiseConfig, Push
 
-EPS = 1e-9  # bridge-clock comparisons: times are sums of dt
+EPS = 1e-9  # plant-clock comparisons: times are sums of dt
 
 
 def happens(probability: float, rng: np.random.Generator) -> bool:
@@ -91,8 +91,17 @@ class PushSchedule:
             p = self._pending.pop(0)
             self.add(now, p.force, p.duration, dt)
 
+    def schedule(self, push: Push) -> None:
+        """One more push at push.time."""
+        self._pending = sorted([*self._pending, push], key=lambda p: p.time)
+
     def clear_active(self) -> None:
         self._active.clear()
+
+    def clear(self) -> None:
+        """Drop the active pushes and those still to come."""
+        self._active.clear()
+        self._pending.clear()
 
     def force(self, now: float) -> np.ndarray:
         """Sum of the pushes still active at `now` (ended ones are dropped)."""

@@ -1,0 +1,49 @@
+"""The plant eval runs on is the sim bridge's (plant.robot.Plant): what eval reads is the robot's measurement of
+the same instant, its pushes land on the plant clock at episode times, and nothing of an episode leaks into the next.
+"""
+import numpy as np
+
+from eval.sim import EvalSim
+from plant.robot import Plant
+from robots import g1
+
+
+def _hold(sim: EvalSim, steps: int, ts0: float = 0.0) -> list[np.ndarray]:
+    forces = []
+    for k in range(steps):
+        sim.drive(g1.DEFAULT_JOINT_POS, g1.KP, g1.KD, ts0 + k * 1e-3)
+        sim.step()
+        forces.append(sim.d.xfrc_applied[sim.pelvis, :3].copy())
+    return forces
+
+
+def test_eval_reads_the_plants_sensors_of_the_current_instant():
+    sim = EvalSim()
+    assert isinstance(sim.plant, Plant) and sim.m is sim.plant.model and sim.d is sim.plant.data
+    sim.reset()
+    sim.push(0.0, 0.05, np.array([0.0, 120.0, 0.0]))  # sets the pelvis turning: a gyro that changes every step
+    _hold(sim, 30)
+    q, dq, quat, gyro, acc, tau = sim.sensors()
+    s = sim.plant.sensor_state()
+    for a, b in ((q, s.q), (dq, s.dq), (quat, s.quat), (gyro, s.gyro), (acc, s.acc), (tau, s.tau)):
+        np.testing.assert_array_equal(a, b)
+    # the IMU site is aligned with the pelvis: its gyro is the free joint's body angular velocity now, not a step ago
+    np.testing.assert_allclose(gyro, sim.d.qvel[3:6], rtol=0, atol=1e-12)
+    assert np.abs(gyro).max() > 0.05
+    np.testing.assert_array_equal(tau, np.clip(sim.plant.tau_demand, -g1.TORQUE_LIMIT, g1.TORQUE_LIMIT))
+
+
+def test_pushes_act_at_episode_times_and_do_not_leak_into_the_next_episode():
+    sim = EvalSim()
+    sim.reset()
+    _hold(sim, 137)  # the plant clock runs on across resets: the next episode starts at 0.137 s of it
+    sim.reset()
+    f = np.array([30.0, -40.0, 0.0])
+    sim.push(0.0105, 0.0305, f)  # episode time: steps starting at 11 ... 30 ms carry it (20 steps)
+    sim.push(0.5, 0.6, f)  # never reached: the episode ends first
+    forces = _hold(sim, 40)
+    on = [k for k, x in enumerate(forces) if np.any(x)]
+    assert on == list(range(11, 31))
+    np.testing.assert_array_equal(forces[11], f)
+    sim.reset()
+    assert not np.any(_hold(sim, 700))  # the 0.5 s push of the last episode is gone
