@@ -29,10 +29,11 @@ from control.tick import PolicyTick
 from deploy import realtime, velocity
 from deploy.link import Link
 from deploy.offsets import JointOffsets
-from deploy.log import CHUNK_S, LOG_FILE, Columns, StreamLog, new_run_dir, policy_fields, tick_fields
+from deploy.log import CHUNK_S, LOG_FILE, Columns, StreamLog, new_run_dir, policy_fields, read_log, tick_fields
 from deploy.preflight import PreflightError, check_artifact, open_link, run_preflight
 from deploy.state_machine import STATES, AutoScript, ButtonEdges, State, StateMachine, estop_requested, state_index
-from deploy.summary import write_results
+from deploy.record import LogFacts, PolicyFacts, RunRecord
+from deploy.summary import SUMMARY_POLICY_FIELDS, SUMMARY_TICK_FIELDS, write_results
 from estimation.estimator import Estimator, EstimatorConfig
 from policies.artifact import Artifact
 from policies.runtime import HOLD_BLEND_S, PolicyRuntime
@@ -53,11 +54,11 @@ class LoopConfig:
     policy_dir: str
     domain: int = dds.SIM_DOMAIN
     interface: str | None = dds.SIM_INTERFACE
-    sim: bool = True  # the peer is the sim bridge: its band / ground-truth topics may be used
+    sim: bool = True  # the peer is the sim bridge: run() may use its band / ground-truth topics
     auto: bool = False  # advance PASSIVE -> ... -> HOLD without a remote (AutoScript)
     stand_up_s: float = 2.5  # linear blend from the measured pose to the default pose
     hold_blend_s: float = HOLD_BLEND_S  # the runtime's blend from the last policy target back to the default pose
-    band_release_s: float = 0.3  # sim + auto: release the bridge's elastic band this long into HOLD
+    band_release_s: float = 0.3  # sim + auto: run() releases the bridge's elastic band this long into HOLD
     script: AutoScript = AutoScript()
     watchdog: WatchdogConfig = WatchdogConfig()
     state_timeout_s: float = 3.0  # pre-flight: wait this long for the first LowState
@@ -78,18 +79,19 @@ class LoopConfig:
 
 
 class ControlLoop:
-    """Owns the state machine, safety monitor, estimator, policy runtime and the per-tick log."""
+    """Owns the state machine, safety monitor, estimator, policy runtime and the per-tick log; `run()` returns the
+    run's RunRecord. `on_hold(t, s_in_hold, note)`: called on every HOLD tick (the sim's band release: run())."""
 
     def __init__(self, cfg: LoopConfig, art: Artifact, link: Link, runtime: PolicyRuntime | None = None,
-                 sim_client: Any = None, echo: Callable[[str], None] = print,
-                 estimator: Estimator | None = None) -> None:
+                 on_hold: Callable[[float, float, Callable[[float, str, str], None]], None] | None = None,
+                 echo: Callable[[str], None] = print, estimator: Estimator | None = None) -> None:
         self.cfg, self.art, self.link = cfg, art, link
         self.runtime = runtime or PolicyRuntime(art, hold_blend_s=cfg.hold_blend_s,
                                                 run_s=velocity.run_s(cfg.velocity, cfg.policy_s, art.spec.kind),
                                                 backend=cfg.policy_backend)
         self.cmd_log = Columns(dict(t=(), cmd=(3,)))  # velocity policies: the command of each policy step
         self.track_log = Columns(dict(t=(), step=(), joint_sq=(), anchor_err=()))  # tracking policies, per step
-        self.sim = sim_client
+        self.on_hold = on_hold
         self.echo = echo
         self.estimator = estimator or Estimator(cfg.estimator)
         SafetyMonitor.load_kernel()  # numba loads the safety kernel here, not when run() makes its monitor
@@ -109,8 +111,7 @@ class ControlLoop:
         self.mode_machine = g1.MODE_MACHINE_29DOF_REV1
         self._estop_press_t: float | None = None
         self.estop_latency_s: float | None = None
-        self._band_released = False
-        self._band_release_t: float | None = None
+        self.scheduling = None
 
     # ------------------------------------------------------------------ external requests
     def request_damping(self, reason: str = "sigint") -> None:
@@ -139,7 +140,7 @@ class ControlLoop:
         self.ticks, self.pol = self.log.columns("tick"), self.log.columns("policy")
 
     # ------------------------------------------------------------------ main loop
-    def run(self) -> dict:
+    def run(self) -> RunRecord:
         cfg = self.cfg
         dt = g1.COMMAND_DT
         self.open_log()  # before enter(): its writer thread is boosted like the DDS threads (no GIL-holding preemption)
@@ -176,7 +177,7 @@ class ControlLoop:
             if self.sm.state != State.DAMPING:
                 self._shutdown_damping(cfg.shutdown_damping_s)
             realtime.leave(rt)
-        return self._finish(final_state, end_t)
+        return self.record(final_state, end_t)
 
     def init_run_state(self, t0: float, watchdog: WatchdogConfig | None = None) -> None:
         """Clock origin, a fresh safety monitor and the per-run controller state (run() calls it; tests
@@ -382,7 +383,8 @@ class ControlLoop:
             proposed = self._policy_target
         if sm.state == State.HOLD:
             proposed = self.runtime.hold_target(self._hold_from, sm.time_in_state(t))
-            self._maybe_release_band(t)
+            if self.on_hold is not None:
+                self.on_hold(t, sm.time_in_state(t), self.note)
 
         # the safety gate
         t_saf0, c_saf0 = time.monotonic(), time.thread_time()
@@ -452,27 +454,58 @@ class ControlLoop:
             self.note(t, "state", f"{before.value} -> DAMPING ({reason})")
             self.echo(f"[deploy] t={t:6.2f} s  {before.value} -> DAMPING  ({reason})")
 
-    def _maybe_release_band(self, t: float) -> None:
-        cfg = self.cfg
-        if not (cfg.sim and cfg.auto and self.sim is not None) or self._band_released:
+    # ------------------------------------------------------------------ results
+    def record(self, final_state: str, end_t: float) -> RunRecord:
+        """The run as it stands (after run(): closes the streamed log and reads the summary's columns back)."""
+        log = None
+        if self.log is not None:
+            self.log.close()
+            cols = read_log(self.run_dir / LOG_FILE, fields={"tick": list(SUMMARY_TICK_FIELDS),
+                                                              "policy": list(SUMMARY_POLICY_FIELDS)})
+            ticks = {k: v for k, v in cols.items() if not k.startswith("pol_")}
+            pol = {k[len("pol_"):]: v for k, v in cols.items() if k.startswith("pol_")}
+            log = LogFacts(str(self.run_dir / LOG_FILE), self.log.bytes_written(), self.log.written_chunks,
+                           self.log.dropped_chunks, self.log.error)
+            run_dir = self.run_dir
+        else:
+            ticks, pol = self.ticks.arrays(), self.pol.arrays()
+            run_dir = self.run_dir or new_run_dir(self.cfg.run_root)
+        rt, spec = self.runtime, self.art.spec
+        facts = PolicyFacts(motion=spec.motion.name, policy_dir=str(self.art.path), format=spec.format, kind=spec.kind,
+                            source=spec.source, backend=getattr(rt, "backend", None),
+                            backend_reason=getattr(rt, "backend_reason", None),
+                            tracking_frames=rt.tracking.ref.frames if getattr(rt, "tracking", None) is not None else None)
+        mon = self.monitor
+        return RunRecord(
+            run_dir=run_dir, final_state=final_state, end_t=float(end_t), t0_monotonic=float(getattr(self, "t0", 0.0)),
+            auto=self.cfg.auto, plot=self.cfg.plot, states_visited=tuple(self.sm.visited),
+            transitions=tuple(self.sm.transitions), events=tuple(self.events),
+            safety_events=tuple(mon.events) if mon else (), deadline_misses=int(mon.deadline.misses) if mon else 0,
+            estop_to_damping_s=self.estop_latency_s, n_ticks=int(self.ticks.n), n_policy_ticks=int(self.pol.n),
+            ticks=ticks, policy=pol, velocity_commands=self.cmd_log.arrays(), tracking_steps=self.track_log.arrays(),
+            domain=self.link.domain, interface=self.link.interface, lowstate_crc_errors=int(self.link.crc_errors),
+            scheduling=self.scheduling, policy_facts=facts, log=log)
+
+
+class BandRelease:
+    """The sim's elastic band let go `after_s` into HOLD (once, from a thread: the request must not hold the tick)."""
+
+    def __init__(self, client: Any, after_s: float):
+        self.client, self.after_s, self.released_at = client, after_s, None
+
+    def __call__(self, t: float, s_in_hold: float, note: Callable[[float, str, str], None]) -> None:
+        if self.released_at is not None or s_in_hold < self.after_s:
             return
-        if self.sm.time_in_state(t) < cfg.band_release_s:
-            return
-        self._band_released = True
-        self._band_release_t = t
-        self.note(t, "sim", "elastic band released")
+        self.released_at = t
+        note(t, "sim", "elastic band released")
 
         def release() -> None:
             try:
-                self.sim.release_band(wait=False)
+                self.client.release_band(wait=False)
             except Exception as e:  # noqa: BLE001 - the dry run then stays on the band; say so
-                self.note(t, "sim", f"band release failed: {e}")
+                note(t, "sim", f"band release failed: {e}")
 
         threading.Thread(target=release, name="band-release", daemon=True).start()
-
-    # ------------------------------------------------------------------ results
-    def _finish(self, final_state: str, end_t: float) -> dict:
-        return write_results(self, final_state, end_t)
 
 
 def _flag_bits(flags) -> int:
@@ -502,10 +535,13 @@ def run(cfg: LoopConfig, echo: Callable[[str], None] = print, on_loop: Callable[
             from comm.sim_msgs import SimClient
 
             sim_client = SimClient(cfg.domain, cfg.interface, gt_history=200_000 if cfg.ground_truth else 0)
-        loop = ControlLoop(cfg, art, link, runtime, sim_client, echo=echo)
+        band = BandRelease(sim_client, cfg.band_release_s) if sim_client is not None and cfg.auto else None
+        loop = ControlLoop(cfg, art, link, runtime, on_hold=band, echo=echo)
         if on_loop is not None:
             on_loop(loop)
-        return loop.run()
+        record = loop.run()
+        gt = sim_client.gt_history if sim_client is not None and cfg.ground_truth else None
+        return write_results(record, ground_truth=gt, echo=echo)
     finally:
         link.close()
         if sim_client is not None:

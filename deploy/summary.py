@@ -1,25 +1,22 @@
-"""The results of one deploy run under runs/deploy/<stamp>/ (see deploy/log.py): the streamed log.mcap is
-closed, read back, and gives summary.json (its stable keys: docs/deploy.md), events.json and the plot; plus the
-metrics taken from the sim bridge's ground truth (`fell` by robots.physics.fallen, the one fall criterion,
-estimator RMSE, pelvis apex, flight time).
+"""The results of one deploy run under runs/deploy/<stamp>/ (see deploy/log.py), from its RunRecord
+(deploy.record): summary.json (its stable keys: docs/deploy.md), events.json and the plot; plus, when the caller
+hands in the sim bridge's ground truth, the metrics taken from it (`fell` by robots.physics.fallen, the one fall
+criterion, estimator RMSE, pelvis apex, flight time).
 """
 from __future__ import annotations
 
 import os
-
-from typing import TYPE_CHECKING
+from typing import Callable, Iterable
 
 import numpy as np
 
-from deploy.log import LOG_FILE, new_run_dir, pct, plot_run, read_log, write_json
 from deploy import velocity
+from deploy.log import LOG_FILE, pct, plot_run, read_log, write_json
+from deploy.record import RunRecord
 from deploy.state_machine import STATES, State, state_index
 from policies.tracking import tracking_summary
 from robots import g1
 from robots.physics import FALL_DEFINITION, fallen
-
-if TYPE_CHECKING:
-    from deploy.loop import ControlLoop
 
 # what the summary reads back from the log at full rate (t, sent, lateness, work: timing; the rest: ground truth)
 SUMMARY_TICK_FIELDS = ("t", "sent", "lateness", "work_ms", "state", "tick", "new", "est_vel", "est_height")
@@ -28,34 +25,26 @@ PLOT_TICK_FIELDS = ("t", "q", "cmd_q", "cmd_kp", "cmd_kd", "quat", "state")
 PLOT_ROWS = 50_000
 
 
-def write_results(loop: ControlLoop, final_state: str, end_t: float) -> dict:
-    """Write the run's files; returns the summary."""
-    cfg = loop.cfg
-    log_info = {}
-    if loop.log is not None:  # run(): close the stream, then everything below is read back from the file
-        run_dir = loop.run_dir
-        loop.log.close()
-        ticks = read_log(run_dir / LOG_FILE, fields={"tick": list(SUMMARY_TICK_FIELDS),
-                                                      "policy": list(SUMMARY_POLICY_FIELDS)})
-        pol = {k[len("pol_"):]: v for k, v in ticks.items() if k.startswith("pol_")}
-        log_info = {"log_file": str(run_dir / LOG_FILE), "log_bytes": loop.log.bytes_written(),
-                    "log_chunks": loop.log.written_chunks, "log_dropped_chunks": loop.log.dropped_chunks,
-                    "log_error": loop.log.error}
-    else:  # a loop driven tick by tick (tests): its in-memory columns, no log file
-        run_dir = new_run_dir(cfg.run_root)
-        ticks, pol = loop.ticks.arrays(), loop.pol.arrays()
+def write_results(rec: RunRecord, ground_truth: Iterable | None = None, echo: Callable[[str], None] = print) -> dict:
+    """Write the run's files; returns the summary. `ground_truth`: the sim bridge's GroundTruth samples (None on the
+    robot: `fell` and the estimator's errors are then None)."""
+    run_dir, ticks, pol = rec.run_dir, rec.ticks, rec.policy
     sent = ticks["sent"]
     period_err = np.abs(np.diff(sent) - g1.COMMAND_DT) / g1.COMMAND_DT if len(sent) > 1 else np.array([])
     compute = pol["compute_ms"]
-    gt = ground_truth_metrics(getattr(loop.sim, "gt_history", None) if loop.sim is not None else None, ticks)
-    tilt_trip = any(e["kind"] == "tilt" for e in loop.monitor.events) if loop.monitor else False
+    gt_hist = list(ground_truth) if ground_truth is not None else None
+    gt = ground_truth_metrics(gt_hist, ticks)
+    facts = rec.policy_facts
+    log_info = {} if rec.log is None else {
+        "log_file": rec.log.file, "log_bytes": rec.log.bytes, "log_chunks": rec.log.chunks,
+        "log_dropped_chunks": rec.log.dropped_chunks, "log_error": rec.log.error}
     summary = {
-        "final_state": final_state,
-        "states_visited": list(loop.sm.visited),
-        "ticks": int(loop.ticks.n),
-        "policy_ticks": int(loop.pol.n),
-        "deadline_misses": int(loop.monitor.deadline.misses) if loop.monitor else 0,
-        "safety_events": list(loop.monitor.events) if loop.monitor else [],
+        "final_state": rec.final_state,
+        "states_visited": list(rec.states_visited),
+        "ticks": rec.n_ticks,
+        "policy_ticks": rec.n_policy_ticks,
+        "deadline_misses": rec.deadline_misses,
+        "safety_events": list(rec.safety_events),
         "compute_ms_p50": pct(compute, 50),
         "compute_ms_p99": pct(compute, 99),
         # the loop thread's CPU time over the same stages: the wall time less what it spent preempted or waiting
@@ -66,60 +55,57 @@ def write_results(loop: ControlLoop, final_state: str, end_t: float) -> dict:
         # fell: ground truth only (robots.physics.fallen on the sim bridge; None on the robot); the safety
         # monitor's tilt trip is a different criterion (safety.limits.TILT_LIMIT) and is its own key
         "fell": bool(gt["fell"]) if gt.get("fell") is not None else None,
-        "tilt_tripped": bool(tilt_trip),
+        "tilt_tripped": rec.tilt_tripped,
         "estimator_base_vel_rmse_mps": gt.get("vel_rmse"),
         "estimator_base_height_rmse_m": gt.get("height_rmse"),
         "gt_pelvis_max_m": gt.get("pelvis_max"),  # sim: highest pelvis after the band's release
         "gt_flight_s": gt.get("flight_s"),  # sim: longest time with both feet off the floor
-        "estop_to_damping_s": loop.estop_latency_s,
+        "estop_to_damping_s": rec.estop_to_damping_s,
         "max_lateness_ms": pct(ticks["lateness"] * 1e3, 100),
-        "duration_s": round(float(end_t), 3),
-        "t0_monotonic": round(float(getattr(loop, "t0", 0.0)), 6),  # the run's clock origin (time.monotonic())
-        "motion": loop.art.spec.motion.name,
-        "policy_dir": str(loop.art.path),
-        "domain": loop.link.domain,
-        "interface": loop.link.interface,
-        "auto": cfg.auto,
-        "transitions": [{"time": round(a, 4), "from": b, "to": c, "reason": d} for a, b, c, d in loop.sm.transitions],
-        "lowstate_crc_errors": loop.link.crc_errors,
-        "scheduling": getattr(loop, "scheduling", None),
+        "duration_s": round(rec.end_t, 3),
+        "t0_monotonic": round(rec.t0_monotonic, 6),
+        "motion": facts.motion,
+        "policy_dir": facts.policy_dir,
+        "domain": rec.domain,
+        "interface": rec.interface,
+        "auto": rec.auto,
+        "transitions": [{"time": round(a, 4), "from": b, "to": c, "reason": d} for a, b, c, d in rec.transitions],
+        "lowstate_crc_errors": rec.lowstate_crc_errors,
+        "scheduling": rec.scheduling,
         "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "ground_truth": gt.get("info"),
-        "policy": {"format": loop.art.spec.format, "kind": loop.art.spec.kind, "source": loop.art.spec.source,
-                   "backend": getattr(loop.runtime, "backend", None),
-                   "backend_reason": getattr(loop.runtime, "backend_reason", None)},
-        "velocity": _velocity(loop, ticks) if loop.runtime.kind == "velocity" else None,
-        "tracking": _tracking(loop) if getattr(loop.runtime, "tracking", None) is not None else None,
+        "policy": {"format": facts.format, "kind": facts.kind, "source": facts.source, "backend": facts.backend,
+                   "backend_reason": facts.backend_reason},
+        "velocity": _velocity(rec, gt_hist) if facts.kind == "velocity" else None,
+        "tracking": _tracking(rec) if facts.tracking_frames is not None else None,
         **log_info,
         "run_dir": str(run_dir),
     }
-    write_json(run_dir / "events.json", loop.events + [{**e, "safety": True} for e in summary["safety_events"]])
+    write_json(run_dir / "events.json", list(rec.events) + [{**e, "safety": True} for e in summary["safety_events"]])
     write_json(run_dir / "summary.json", summary)
-    if cfg.plot and loop.ticks.n:
+    if rec.plot and rec.n_ticks:
         try:
             plot = ticks
-            if loop.log is not None:  # a long run is plotted from every n-th tick (at most ~PLOT_ROWS points)
+            if rec.log is not None:  # a long run is plotted from every n-th tick (at most ~PLOT_ROWS points)
                 plot = read_log(run_dir / LOG_FILE, fields={"tick": list(PLOT_TICK_FIELDS)},
-                                stride=max(1, loop.ticks.n // PLOT_ROWS))
+                                stride=max(1, rec.n_ticks // PLOT_ROWS))
             plot_run(run_dir, plot, STATES)
         except Exception as e:  # noqa: BLE001 - the plot must not lose the run's log
-            loop.echo(f"[deploy] plot failed: {e}")
+            echo(f"[deploy] plot failed: {e}")
     return summary
 
 
-def _tracking(loop: ControlLoop) -> dict:
+def _tracking(rec: RunRecord) -> dict:
     """Joint RMS and anchor orientation error against the graph's own reference (policies.tracking)."""
-    c = loop.track_log.arrays()
-    rt = loop.runtime
-    return tracking_summary(c["t"], c["joint_sq"], c["anchor_err"], rt.tracking.ref.frames,
+    c = rec.tracking_steps
+    return tracking_summary(c["t"], c["joint_sq"], c["anchor_err"], rec.policy_facts.tracking_frames,
                             int(c["step"].max()) + 1 if len(c["step"]) else 0)
 
 
-def _velocity(loop: ControlLoop, ticks: dict) -> dict | None:
+def _velocity(rec: RunRecord, gt_hist: list | None) -> dict | None:
     """Commanded vs achieved velocity, distance, heading change, tilt (deploy.velocity.run_metrics)."""
-    gt = getattr(loop.sim, "gt_history", None) if loop.sim is not None else None
-    c = loop.cmd_log
-    return velocity.run_metrics(gt, ticks["t"], ticks["tick"], ticks["state"] == state_index(State.POLICY),
+    ticks, c = rec.ticks, rec.velocity_commands
+    return velocity.run_metrics(gt_hist, ticks["t"], ticks["tick"], ticks["state"] == state_index(State.POLICY),
                                 c["t"], c["cmd"])
 
 

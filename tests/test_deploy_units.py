@@ -292,6 +292,40 @@ def test_exception_in_the_loop_sends_damping_and_latches(stand_art, estimator):
     assert "onnxruntime went away" in loop.monitor.events[0]["detail"]
 
 
+def test_the_run_record_is_fixed_and_the_summary_reads_only_it(stand_art, estimator, tmp_path):
+    """ControlLoop.record(): an immutable RunRecord of what the run did; deploy.summary.write_results turns it into
+    summary.json without the loop. No ground truth (the robot): `fell` is None, the tilt trip its own key. on_hold:
+    the hook the sim's band release uses, called on every HOLD tick with the time in HOLD."""
+    import dataclasses
+    import json
+
+    from deploy.summary import write_results
+    from safety import WatchdogConfig
+
+    link, held = FakeLink(), []
+    loop = ControlLoop(LoopConfig(policy_dir=str(stand_art.path), run_root=str(tmp_path), plot=False), stand_art, link,
+                       on_hold=lambda t, s, note: held.append((t, s)), echo=lambda s: None, estimator=estimator)
+    loop.init_run_state(0.0, WatchdogConfig(1e9, 1e9, 1e9))
+    loop.sm.go(State.HOLD, 0.0, "test")
+    loop._hold_from = g1.DEFAULT_JOINT_POS.copy()
+    for k in range(3):
+        link.sample = _sample(OK_STATE, k + 1, k * 0.002)
+        loop._tick(k, k * 0.002, 0.0)
+    assert held == [(0.0, 0.0), (0.002, 0.002), (0.004, 0.004)]
+    loop.request_damping("sigint")
+    link.sample = _sample(OK_STATE, 4, 0.006)
+    loop._tick(3, 0.006, 0.0)
+    rec = loop.record("DAMPING", 0.008)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rec.final_state = "HOLD"
+    assert rec.n_ticks == 4 and rec.states_visited == ("PASSIVE", "HOLD", "DAMPING")
+    assert [e["kind"] for e in rec.safety_events] == ["sigint"] and not rec.tilt_tripped
+    summary = write_results(rec)
+    assert json.loads((rec.run_dir / "summary.json").read_text()) == json.loads(json.dumps(summary))
+    assert summary["fell"] is None and summary["tilt_tripped"] is False and summary["ticks"] == 4
+    assert summary["transitions"][-1]["to"] == "DAMPING" and summary["motion"] == stand_art.spec.motion.name
+
+
 def test_another_lowcmd_writer_appearing_damps_on_the_next_tick(stand_art, estimator):
     """A second rt/lowcmd publisher matched during a run (deploy.link.Link.other_commanders): the next command
     is damping, latched, with the trip naming it; samples heard count too, and only those after the run began."""
