@@ -19,6 +19,9 @@ priority while the loop runs at SCHED_FIFO (root here; rtprio on the robot, READ
   deploy_contention_stream_period_error_p50/p99, deploy_contention_deadline_misses,
   deploy_contention_safety_events (a stale-state trip would show here), deploy_contention_compute_ms_p99
 
+and, in process: deploy_tick_onnxruntime_compute_ms_p99 / deploy_tick_compiled_compute_ms_p99 and their ratio
+(backends_side_by_side: the tick with onnxruntime and the Python observation vs the compiled tick, alternated).
+
 `compute_ticks()` (`python -m bench.deploy --compute`) times the same stages in-process, without DDS: recorded
 bench/estimator.py sensor samples replayed through Estimator.update, PolicyRuntime.step and SafetyMonitor.step,
 one policy tick per sample, p50/p99 per stage.
@@ -147,6 +150,7 @@ def run(motion: str = "stand") -> dict:
         finally:
             obs.close()
             sim.close()
+    out.update(backends_side_by_side())
     return out
 
 
@@ -257,6 +261,18 @@ def compute_ticks(n: int = 5000, motion: str = "jump", sleep_s: float = 0.0, sce
             res[f"{kind}{name}_ms_p50"] = float(np.percentile(col, 50))
             res[f"{kind}{name}_ms_p99"] = float(np.percentile(col, 99))
     return res
+
+
+def backends_side_by_side(n: int = 2000, rounds: int = 3, motion: str = "jump") -> dict:
+    """The policy tick in process (compute_ticks) with the graph run by onnxruntime (the observation built in Python)
+    and by the compiled tick, alternating `rounds` times so both see the same machine; medians of the rounds' p99."""
+    p99 = {"onnxruntime": [], "compiled": []}
+    for _ in range(rounds):
+        for backend in p99:
+            p99[backend].append(compute_ticks(n, motion, backend=backend)["compute_ms_p99"])
+    ort, comp = (float(np.median(p99[b])) for b in ("onnxruntime", "compiled"))
+    return {"deploy_tick_onnxruntime_compute_ms_p99": ort, "deploy_tick_compiled_compute_ms_p99": comp,
+            "deploy_tick_compiled_speedup_p99": ort / comp}
 
 
 def _wait(pred, timeout: float):
