@@ -53,9 +53,12 @@ class PolicyTick:
     def gate(self, now: float, q, dq, quat, proposed, rx_time: float | None, tick: int | None,
              lateness: float = 0.0, policy: bool = True) -> Command:
         """The safety gate's command for `proposed` targets (None: zero torque); `policy`: clamp against the
-        policy's gains (POLICY), else robots/g1.py's (STAND_UP, HOLD)."""
+        policy's gains (POLICY), else robots/g1.py's (STAND_UP, HOLD). In POLICY a tracking policy's reference
+        raises the tilt trip while its own pelvis bends (safety.limits.tilt_limit)."""
+        tr = self.runtime.tracking if policy else None
         return self.monitor.step(now, q, dq, quat, proposed, rx_time=rx_time, tick=tick, lateness=lateness,
-                                 gains=self.gains if policy else None)
+                                 gains=self.gains if policy else None,
+                                 reference_tilt=None if tr is None else tr.reference_tilt)
 
 
 __all__ = ["PolicyTick"]

@@ -2,7 +2,8 @@
 policies.adapters, or a native artifact folder) evaluated in C MuJoCo on the bridge model, with the
 episode rules of eval.episode (home keyframe, the drives' PD at the artifact's gains x the episode's
 kp/kd scale clipped to the motor limits at 1 kHz, the episode's randomisation and push, the one fall
-criterion, then the runtime's HOLD blend for hold_s at robots/g1.py's gains, as deploy sends in HOLD):
+criterion (robots.physics.fallen; for a tracking policy bounded by its reference's pelvis where that goes lower or
+bends further: FALL_DEFINITION_TRACKING), then the runtime's HOLD blend for hold_s at robots/g1.py's gains, as deploy sends in HOLD):
 
 - tracking policies run their clip (or --duration s of it) and are measured against their own
   reference (policies.tracking: joint RMS in rad, anchor orientation error in rad, and, where the reference
@@ -35,12 +36,23 @@ from policies.runtime import PolicyRuntime
 from policies.tracking import tracking_summary
 from robots import g1
 from robots.body_frames import mat_to_quat, quat_to_mat
-from robots.physics import FALL_HEIGHT_M, FALL_TILT_RAD, fallen, tilt_angle
+from robots.physics import (FALL_DEFINITION, FALL_DEFINITION_TRACKING, FALL_HEIGHT_M, FALL_TILT_RAD, fallen,
+                             tilt_angle)
 from robots.run_files import jsonable, stamped_dir
 
 VELOCITY_RUN_S = 10.0
 TRACK_KEYS = ("joint_rms_rad", "joint_rms_worst_s_rad", "anchor_ori_err_rad", "anchor_ori_err_worst_s_rad",
               "body_pos_err_cm", "body_pos_err_worst_s_cm")
+
+
+def reference_bounds(tracking, step: int) -> dict:
+    """A tracking run's fall bounds at `step` (robots.physics.fallen's ref_height / ref_tilt: the reference's pelvis
+    at that frame); none for other policies and for references without the anchor's pose."""
+    if tracking is None or tracking.pelvis_tilt is None:
+        return {}
+    k = tracking.frame(step)
+    return {"ref_tilt": float(tracking.pelvis_tilt[k]),
+            "ref_height": None if tracking.pelvis_height is None else float(tracking.pelvis_height[k])}
 
 
 def ghost_qpos(sim: EvalSim, tracking, k: int) -> np.ndarray:
@@ -94,7 +106,7 @@ def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep
     for k in range(n_policy + n_hold):
         t = k * dt
         q, dq, gyro, quat, vel_b, z = sim.state()
-        if fallen(z, quat):
+        if fallen(z, quat, **reference_bounds(tr_, k0 + k)):
             fell, fell_t = True, t
             break
         if k < n_policy:
@@ -181,7 +193,9 @@ def evaluate_policy(policy: str | Path, cfg: EvalConfig = EvalConfig(), out_root
         "tracking": {k: (float(np.mean([t[k] for t in trk])) if trk[0].get(k) is not None else None)
                      for k in TRACK_KEYS} if trk else None,
         "config": jsonable({**dataclasses.asdict(cfg), "fall_height_m": FALL_HEIGHT_M,
-                            "fall_tilt_deg": math.degrees(FALL_TILT_RAD)}, finite=True),
+                            "fall_tilt_deg": math.degrees(FALL_TILT_RAD),
+                            "fall_definition": FALL_DEFINITION_TRACKING if runtime.tracking is not None
+                            else FALL_DEFINITION}, finite=True),
         "per_episode": eps,
         **{k: str(v) if v else None for k, v in files.items()},
     }

@@ -26,6 +26,7 @@ graph's own outputs, and the robot's anchor body relative to it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -195,7 +196,8 @@ def rotation_angle(rot: np.ndarray) -> float:
 class TrackingTerms:
     """The tracking terms of one clip run, updated once per policy step (`update`), read by the runtime's
     observation (`command`, `anchor_ori_b`, `anchor_pos_b`) and by the run's tracking error
-    (`joint_error`, `anchor_ori_error`)."""
+    (`joint_error`, `anchor_ori_error`) and by what bounds the run by its reference (`reference_tilt`,
+    `reference_height`: the reference's pelvis at the current frame; per frame in `pelvis_tilt`, `pelvis_height`)."""
 
     def __init__(self, spec: TrackingSpec, ref: Reference, motor_index: np.ndarray, frames: BodyFrames | None = None):
         if ref.frames < 2:
@@ -206,6 +208,12 @@ class TrackingTerms:
         self.needs_anchor = ref.anchor_quat is not None
         self.kin = frames if frames is not None or not self.needs_anchor else BodyFrames()
         self.anchor = self.kin.body_id(spec.anchor_body) if self.needs_anchor else -1
+        self.pelvis_tilt = self.pelvis_height = None  # (T,): rad from the vertical, m over the floor
+        if self.needs_anchor:
+            poses = [pelvis_pose(ref, k, self.anchor, self.kin) for k in range(ref.frames)]
+            self.pelvis_tilt = np.array([math.acos(min(1.0, max(-1.0, r[2, 2]))) for _, r in poses])
+            if ref.anchor_pos is not None:
+                self.pelvis_height = np.array([p[2] for p, _ in poses])
         self.reset()
 
     def reset(self) -> None:
@@ -217,6 +225,7 @@ class TrackingTerms:
         self.anchor_pos_b = np.zeros(3)
         self.joint_error = np.zeros(len(self.mi))
         self.anchor_ori_error = 0.0
+        self.reference_tilt = self.reference_height = None
 
     def frame(self, step: int) -> int:
         return int(min(max(step, 0), self.ref.frames - 1))
@@ -236,6 +245,8 @@ class TrackingTerms:
         self.joint_error = q[self.mi] - ref.joint_pos[k]
         if not self.needs_anchor:
             return
+        self.reference_tilt = float(self.pelvis_tilt[k])
+        self.reference_height = None if self.pelvis_height is None else float(self.pelvis_height[k])
         p_robot, r_robot = self.robot_anchor(q, quat, base_pos)
         if not self._aligned:  # the run's first step (frame k): the reference starts at the robot's heading and place
             self.align = rot_z(yaw_of(r_robot) - yaw_of(quat_to_mat(ref.anchor_quat[k])))

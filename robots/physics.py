@@ -68,9 +68,25 @@ def quat_to_rpy(quat) -> np.ndarray:
     return np.array([roll, pitch, yaw])
 
 
-def fallen(base_height, quat, xp=np):
-    """The one fall criterion (batched): pelvis below FALL_HEIGHT_M or tilt beyond FALL_TILT_RAD."""
-    return (base_height < FALL_HEIGHT_M) | (upright_cos(quat, xp) < math.cos(FALL_TILT_RAD))
+def fallen(base_height, quat, xp=np, ref_height=None, ref_tilt=None):
+    """The one fall criterion (batched): pelvis below FALL_HEIGHT_M or tilt beyond FALL_TILT_RAD. Tracking a
+    reference that itself goes lower or bends further (a box lift bends the pelvis 66 deg), the bounds follow it:
+    below ref_height - REFERENCE_HEIGHT_MARGIN_M, tilted beyond ref_tilt + REFERENCE_TILT_MARGIN_RAD (the
+    reference's pelvis at the same instant)."""
+    h_min, tilt_max = FALL_HEIGHT_M, FALL_TILT_RAD
+    if ref_height is not None:
+        h_min = xp.minimum(h_min, ref_height - REFERENCE_HEIGHT_MARGIN_M)
+    if ref_tilt is not None:
+        tilt_max = xp.maximum(tilt_max, ref_tilt + REFERENCE_TILT_MARGIN_RAD)
+    return (base_height < h_min) | (upright_cos(quat, xp) < xp.cos(tilt_max))
 
+
+# how far a tracking run may go below / tilt beyond its reference's pelvis before it counts as fallen (the anchor
+# height bound of BeyondMimic's terminations, 0.25 m; 20 deg of tilt), and the safety gate's tilt allowance above it
+REFERENCE_HEIGHT_MARGIN_M = 0.25
+REFERENCE_TILT_MARGIN_RAD = math.radians(20.0)
 
 FALL_DEFINITION = f"pelvis below {FALL_HEIGHT_M} m or tilted more than {math.degrees(FALL_TILT_RAD):.1f} deg"
+FALL_DEFINITION_TRACKING = (f"{FALL_DEFINITION}, or, where the reference's pelvis is lower or tilted more, more than "
+                            f"{REFERENCE_HEIGHT_MARGIN_M} m below it or {math.degrees(REFERENCE_TILT_MARGIN_RAD):.0f} "
+                            "deg beyond its tilt")

@@ -26,7 +26,7 @@ import numpy as np
 
 from robots import g1
 from robots.gains import KD_MAX, KP_MAX
-from robots.physics import pd_torque, tilt_angle
+from robots.physics import REFERENCE_TILT_MARGIN_RAD, pd_torque, tilt_angle
 
 # Soft joint limits: 5 % of each joint's range inside the hard limits, at most 0.1 rad.
 SOFT_LIMIT_FRACTION = 0.05
@@ -35,6 +35,7 @@ SOFT_LIMIT_MAX_MARGIN = 0.1  # rad
 TARGET_RATE_LIMIT = g1.VELOCITY_LIMIT  # rad/s
 # Fall detection: angle between the pelvis z axis and the world vertical.
 TILT_LIMIT = 0.8  # rad (~46 deg); an upright G1 that is pushed past this does not recover
+TILT_CEILING = math.radians(75.0)  # no tracking reference raises the tilt trip beyond this
 
 
 def soft_limits(fraction: float = SOFT_LIMIT_FRACTION, max_margin: float = SOFT_LIMIT_MAX_MARGIN):
@@ -108,6 +109,15 @@ def damping_command(kd: float = g1.DAMPING_KD) -> Command:
 def zero_torque_command() -> Command:
     """kp = kd = 0, tau = 0: motors enabled but limp (Unitree's examples before Start)."""
     return Command(_Z.copy(), _Z.copy(), _Z.copy(), _Z.copy(), _Z.copy(), "zero_torque")
+
+
+def tilt_limit(limits: Limits, reference_tilt: float | None = None) -> float:
+    """The tilt trip's angle: limits.tilt_max; while a tracking policy's reference itself bends its pelvis (a box
+    lift: 58-66 deg), that tilt + robots.physics.REFERENCE_TILT_MARGIN_RAD, never beyond TILT_CEILING. A
+    non-finite reference tilt leaves limits.tilt_max."""
+    if reference_tilt is None or not math.isfinite(reference_tilt):
+        return limits.tilt_max
+    return min(TILT_CEILING, max(limits.tilt_max, reference_tilt + REFERENCE_TILT_MARGIN_RAD))
 
 
 def all_finite(*arrays) -> bool:
@@ -216,8 +226,11 @@ def frozen_gains(gains: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.n
 
 def checked_command(q: np.ndarray, dq: np.ndarray, quat: np.ndarray, proposed: np.ndarray | None,
                     prev: np.ndarray, limits: Limits, check_tilt: bool = True,
-                    gains: tuple[np.ndarray, np.ndarray] | Trip | None = None) -> Command | Trip:
-    """check_command with `gains` already through `frozen_gains` (SafetyMonitor validates them once)."""
+                    gains: tuple[np.ndarray, np.ndarray] | Trip | None = None,
+                    tilt_max: float | None = None) -> Command | Trip:
+    """check_command with `gains` already through `frozen_gains` (SafetyMonitor validates them once); `tilt_max`:
+    the tilt trip's angle when not limits.tilt_max (tilt_limit of a tracking reference)."""
+    tilt_max = limits.tilt_max if tilt_max is None else tilt_max
     if not all_finite(q, dq, quat):
         bad = [n for n, a in (("q", q), ("dq", dq), ("quat", quat)) if not all_finite(a)]
         return Trip("nonfinite_state", f"non-finite values in measured {', '.join(bad)}")
@@ -225,8 +238,8 @@ def checked_command(q: np.ndarray, dq: np.ndarray, quat: np.ndarray, proposed: n
         tilt = tilt_angle(quat.tolist() if type(quat) is np.ndarray else quat)
         if not math.isfinite(tilt):
             return Trip("nonfinite_state", "IMU quaternion has zero norm")
-        if tilt > limits.tilt_max:
-            return Trip("tilt", f"pelvis tilted {np.degrees(tilt):.0f} deg > {np.degrees(limits.tilt_max):.0f} deg")
+        if tilt > tilt_max:
+            return Trip("tilt", f"pelvis tilted {np.degrees(tilt):.0f} deg > {np.degrees(tilt_max):.0f} deg")
     if proposed is None:
         return zero_torque_command()
     proposed = np.asarray(proposed, dtype=float)

@@ -12,7 +12,7 @@ import numpy as np
 
 from robots import g1
 from safety.limits import (_Z, Command, Limits, Trip, checked_command, clamp_joint_limits, damping_command,
-                           frozen_gains)
+                           frozen_gains, tilt_limit)
 
 try:  # the per-tick arithmetic compiled (safety/kernel.py); without numba every tick takes checked_command
     from safety import kernel as _kernel
@@ -158,8 +158,9 @@ class SafetyMonitor:
         return self._damping
 
     def step(self, now: float, q, dq, quat, proposed, rx_time: float | None, tick: int | None,
-             lateness: float = 0.0, check_tilt: bool = True, gains=None) -> Command:
-        """`gains` = (kp, kd) of the command (a policy's own gains); None = limits.kp/kd."""
+             lateness: float = 0.0, check_tilt: bool = True, gains=None, reference_tilt: float | None = None) -> Command:
+        """`gains` = (kp, kd) of the command (a policy's own gains); None = limits.kp/kd. `reference_tilt`: a tracking
+        reference's pelvis tilt now (rad), which raises the tilt trip (safety.limits.tilt_limit)."""
         if self.latched:
             return self._damping
         trip = self.stale.check(now, rx_time, tick) or self.deadline.check(lateness)
@@ -176,11 +177,13 @@ class SafetyMonitor:
                 u[_U_Q:_U_DQ], u[_U_DQ:_U_PROP], u[_U_PROP:_U_PREV], u[_U_PREV:_U_QUAT], u[_U_QUAT:] = \
                     q, dq, proposed, prev, quat
                 target = np.empty(g1.NUM_MOTORS)
-                if _kernel.safety_tick(u, self._lim, self.limits.tilt_max, check_tilt, target) == _kernel.OK:
+                tilt_max = self.limits.tilt_max if reference_tilt is None else tilt_limit(self.limits, reference_tilt)
+                if _kernel.safety_tick(u, self._lim, tilt_max, check_tilt, target) == _kernel.OK:
                     self.prev_target = target
                     return Command(target, _Z, _Z, self._kp, self._kd, "position")
             out = checked_command(np.asarray(q, float), np.asarray(dq, float), np.asarray(quat, float),
-                                  proposed, prev, self.limits, check_tilt, self._gains)
+                                  proposed, prev, self.limits, check_tilt, self._gains,
+                                  None if reference_tilt is None else tilt_limit(self.limits, reference_tilt))
             if isinstance(out, Command):
                 if out.kind == "position":
                     self.prev_target = out.q

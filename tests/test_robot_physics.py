@@ -36,6 +36,13 @@ def test_fall_criterion():
     assert P.fallen(0.78, tilted(P.FALL_TILT_RAD + 1e-3))
     batch = P.fallen(np.array([0.78, 0.3]), np.stack([up, up]))
     assert batch.tolist() == [False, True]
+    # a reference that bends 58 deg and crouches to 0.5 m: bounds 78 deg and 0.25 m, never tighter than the plain ones
+    bent = math.radians(58.0)
+    assert not P.fallen(0.78, tilted(math.radians(77.9)), ref_tilt=bent)
+    assert P.fallen(0.78, tilted(math.radians(78.1)), ref_tilt=bent)
+    assert not P.fallen(0.26, up, ref_height=0.5) and P.fallen(0.24, up, ref_height=0.5)
+    assert P.fallen(0.78, tilted(P.FALL_TILT_RAD + 1e-3), ref_tilt=0.1)  # an upright reference changes nothing
+    assert P.fallen(0.39, up, ref_height=0.78)
 
 
 def test_randomisation_ranges_are_nested_and_checked():

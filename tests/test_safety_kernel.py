@@ -99,3 +99,23 @@ def test_kernel_not_used_for_nonpositive_kp_or_odd_inputs():
     want = checked_command(q.astype(np.float32), q, np.array([1.0, 0, 0, 0]), q.tolist(), np.clip(q, m.limits.q_min, m.limits.q_max),
                            m.limits)
     assert cmd.kind == "position" and cmd.q.tobytes() == want.q.tobytes()
+
+
+@pytest.mark.parametrize("ref_deg, tilt_deg", [(None, 40), (None, 50), (58, 60), (58, 77), (58, 79), (70, 74),
+                                                (70, 76), (float("nan"), 50)])
+def test_reference_tilt_trips_the_kernel_and_the_pure_path_alike(ref_deg, tilt_deg):
+    """safety.limits.tilt_limit: TILT_LIMIT without a reference, the reference's tilt + 20 deg while it bends,
+    never beyond the 75 deg ceiling (hand values), the compiled tick and checked_command trip alike."""
+    from safety.limits import TILT_CEILING, TILT_LIMIT, tilt_limit
+
+    ref = None if ref_deg is None else np.radians(ref_deg)
+    want = TILT_LIMIT if ref is None or not np.isfinite(ref) else min(TILT_CEILING, ref + np.radians(20.0))
+    assert tilt_limit(Limits.default(), ref) == pytest.approx(want)
+    assert np.degrees(tilt_limit(Limits.default(), np.radians(70.0))) == pytest.approx(75.0)
+    q = g1.DEFAULT_JOINT_POS.copy()
+    a = np.radians(tilt_deg)
+    quat = np.array([np.cos(a / 2), np.sin(a / 2), 0.0, 0.0])
+    fast, pure = SafetyMonitor(watchdog=WD), _pure_monitor()
+    out = [m.step(0.0, q, np.zeros(N), quat, q, rx_time=0.0, tick=0, reference_tilt=ref) for m in (fast, pure)]
+    _same(*out)
+    assert fast.latched == pure.latched == (a > want)

@@ -83,6 +83,39 @@ def test_anchor_pose_is_c_mujoco_forward_kinematics():
     np.testing.assert_allclose(ref.joint_vel[5], (q[6] - q[4]) / (2 * g1.CONTROL_DT))
 
 
+def test_reference_pelvis_tilt_and_height_bound_the_gate_and_the_fall(artifact):
+    """TrackingTerms' per-frame pelvis tilt and height are those of the reference's own pelvis states (tilt from
+    the quaternion, robots.physics.tilt_angle); in POLICY the gate's tilt trip follows the reference
+    (safety.limits.tilt_limit) and eval's fall bounds read the same frame."""
+    from control.tick import PolicyTick
+    from estimation.estimator import Estimator
+    from eval.policy_eval import reference_bounds
+    from robots.physics import tilt_angle
+    from safety import SafetyMonitor, WatchdogConfig
+
+    _, pos, quat = reference_states()
+    rt = PolicyRuntime(artifact)
+    tr = rt.tracking
+    np.testing.assert_allclose(tr.pelvis_tilt, [tilt_angle(x) for x in quat], atol=1e-7)  # acos near 0: ~sqrt(eps)
+    np.testing.assert_allclose(tr.pelvis_height, pos[:, 2], atol=1e-9)
+    assert reference_bounds(tr, 17) == {"ref_tilt": tr.pelvis_tilt[17], "ref_height": tr.pelvis_height[17]}
+    assert reference_bounds(tr, 10 * T)["ref_tilt"] == tr.pelvis_tilt[-1]  # past the clip: its last frame
+    assert reference_bounds(None, 3) == {}
+    # the gate: a 60 deg pelvis trips in HOLD, and in POLICY only beyond min(reference tilt + 20 deg, 75 deg)
+    tr.pelvis_tilt[:] = np.radians(58.0)
+    tilted = lambda deg: np.array([np.cos(np.radians(deg) / 2), 0, np.sin(np.radians(deg) / 2), 0])  # noqa: E731
+    q = g1.DEFAULT_JOINT_POS.copy()
+    for policy, deg, trips in ((False, 60, True), (True, 60, False), (True, 74, False), (True, 76, True)):  # 75: ceiling
+        mon = SafetyMonitor(watchdog=WatchdogConfig(1e9, 1e9, 1e9))
+        tick = PolicyTick(Estimator(), rt, mon)
+        rt.reset()
+        tr.update(0, q, tilted(deg), np.zeros(3))
+        mon.reset_target(q)
+        tick.gate(0.0, q, np.zeros(g1.NUM_MOTORS), tilted(deg), q, rx_time=0.0, tick=0, policy=policy)
+        assert mon.latched == trips, (policy, deg, mon.events)
+        assert [e["kind"] for e in mon.events] == (["tilt"] if trips else [])
+
+
 def test_round_trip_keeps_states_and_tracking_spec(artifact):
     q, pos, quat = reference_states()
     assert artifact.spec.tracking == TrackingSpec(anchor_body="torso_link", source="reference")
