@@ -65,6 +65,10 @@ def bundle_activity(run: Path) -> dict:
             "contact_force_max_mean_n": float(f.mean())}
 
 
+EVAL_KEYS = ("episodes", "falls", "stood_at_end", "apex_foot_clearance_m", "flight_time_s", "pelvis_apex_rise_m",
+             "tracking_error_cm", "stance_penetration_mm", "penetration_mm")
+
+
 def row_of(run: Path, name: str, artifact: Path) -> dict:
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     sel = json.loads((run / "select" / "select.json").read_text())
@@ -80,8 +84,7 @@ def row_of(run: Path, name: str, artifact: Path) -> dict:
         "iterations_run": curve["iteration"][-1], "train_wall_s": curve["wall_s"][-1],
         "selected_iteration": sel["selected_iteration"],
         "selection": [{"iteration": c["iteration"], "falls": c.get("falls")} for c in sel["candidates"]],
-        "eval_seed0": {k: ev[k] for k in ("episodes", "falls", "stood_at_end", "apex_foot_clearance_m", "flight_time_s",
-                                           "pelvis_apex_rise_m", "tracking_error_cm", "stance_penetration_mm", "penetration_mm")},
+        "eval_seed0": {k: ev[k] for k in EVAL_KEYS},
         "run": repo_relative(run), "artifact": repo_relative(artifact),
         "curve": {"iteration": curve["iteration"][::10], "reward": curve["reward"][::10]},
     }
@@ -110,22 +113,28 @@ def bundle_label(bcg: dict | None) -> str:
     return f"{trig}, B {bcg['branches']}, window {bcg['horizon']}, {bcg['max_bundled_envs']} slots"
 
 
+def wall_class(row: dict) -> int:
+    """The row's training wall time to the nearest 5 min: runs compared at (about) equal wall time share it."""
+    return int(5 * round(row["train_wall_s"] / 300))
+
+
 def summary_by_setting(results: dict) -> list[dict]:
-    """Rows grouped by (algorithm, bundle, contact, mode, kappa, relaxation): seeds, falls/20 per seed and their
-    mean, standing and wall time."""
+    """Rows grouped by (algorithm, bundle, contact, mode, kappa, relaxation, wall time to 5 min): seeds, falls/20
+    per seed and their mean, standing, iterations and wall time."""
     groups: dict = {}
     for r in results["rows"]:
-        key = (r["algo"], bundle_label(r.get("bcg")), r["contact"], r["impulse_mode"], r["kappa"], r.get("relaxation"))
+        key = (r["algo"], bundle_label(r.get("bcg")), r["contact"], r["impulse_mode"], r["kappa"], r.get("relaxation"),
+               wall_class(r))
         groups.setdefault(key, []).append(r)
     out = []
-    for (algo, bundle, contact, mode, kappa, relax), rows in groups.items():
+    for (algo, bundle, contact, mode, kappa, relax, _), rows in sorted(groups.items(), key=lambda kv: kv[0][-1]):
         falls = [r["eval_seed0"]["falls"] for r in rows]
         out.append({"algo": algo, "bundle": bundle, "contact": contact, "impulse_mode": mode, "kappa": kappa,
                     "relaxation": relax,
                     "seeds": [r["seed"] for r in rows], "falls": falls, "falls_mean": sum(falls) / len(falls),
                     "stood": [r["eval_seed0"]["stood_at_end"] for r in rows],
                     "iterations": [r["iterations_run"] for r in rows],
-                    "wall_min_mean": sum(r["train_wall_s"] for r in rows) / 60 / len(rows)})
+                    "wall_min": [r["train_wall_s"] / 60 for r in rows]})
     return out
 
 
@@ -146,12 +155,13 @@ def render_bundle_activity_table(results: dict) -> str:
 def render_impulse_training_summary(results: dict) -> str:
     """Markdown table: per setting, the seeds' falls/20 in C MuJoCo (eval seed 0)."""
     lines = ["| algorithm | bundle | contact | kappa | relaxation | seeds | falls/20 per seed | mean falls/20 "
-             "| stood per seed | iterations per seed | mean wall min |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| stood per seed | iterations per seed | wall min per seed |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for g in summary_by_setting(results):
         lines.append(
             f"| {g['algo']} | {g['bundle']} | {g['contact']} {g['impulse_mode'] or ''} | {g['kappa']:g} | {g['relaxation'] or '-'} "
             f"| {len(g['seeds'])} | {' / '.join(map(str, g['falls']))} | {g['falls_mean']:.1f} "
-            f"| {' / '.join(map(str, g['stood']))} | {' / '.join(map(str, g['iterations']))} | {g['wall_min_mean']:.0f} |")
+            f"| {' / '.join(map(str, g['stood']))} | {' / '.join(map(str, g['iterations']))} "
+            f"| {' / '.join(f'{w:.0f}' for w in g['wall_min'])} |")
     return "\n".join(lines)
 
 
@@ -177,6 +187,8 @@ def main(argv=None) -> int:
     ap.add_argument("--name", help="the row's name")
     ap.add_argument("--artifact", type=Path, default=None, help="its exported policy folder (the --export-dir it was trained with)")
     ap.add_argument("--plot", action="store_true")
+    ap.add_argument("--reevaluate", action="store_true",
+                    help="evaluate every row's artifact again (rows whose artifact is gone keep their figures)")
     ap.add_argument("--bundle-activity", type=Path, default=None, metavar="RUN",
                     help="record how often a BCG run's bundles fired (finished or stopped) under bundle_activity")
     a = ap.parse_args(argv)
@@ -193,6 +205,16 @@ def main(argv=None) -> int:
         res["rows"] = [r for r in res["rows"] if r["name"] != a.name] + [row]
         RESULTS.write_text(json.dumps(res, indent=1) + "\n")
         print(f"wrote {RESULTS}")
+    if a.reevaluate:
+        for r in res["rows"]:
+            art, run = REPO / r["artifact"], REPO / r["run"]
+            if not (art / "policy.yaml").is_file():
+                print(f"{r['name']}: {r['artifact']} is gone; its figures stay as measured")
+                continue
+            ev = evaluate(art, run / "eval_seed0" if run.is_dir() else RESULTS.parent / "impulse_training" / r["name"])
+            r["eval_seed0"] = {k: ev[k] for k in EVAL_KEYS}
+            print(f"{r['name']}: {ev['falls']}/{ev['episodes']} falls, {ev['stood_at_end']} standing")
+        RESULTS.write_text(json.dumps(res, indent=1) + "\n")
     if a.plot:
         plot(res)
         print(f"wrote {PLOT}")

@@ -22,22 +22,25 @@ def test_bundle_activity_of_a_run_folder(tmp_path):
     assert "| 8, 1, any impulse, 4 | 4 | 10.0 % (7.5 / 24.5 %) | 12.5 % | 120 N |" in table
 
 
-def _row(algo, seed, falls, relax="block"):
+def _row(algo, seed, falls, relax="block", wall_s=None):
     bcg = dict(tau=400.0, branches=4, horizon=2, max_bundled_envs=4) if algo == "bcg" else None
     return {"algo": algo, "bcg": bcg, "contact": "impulse", "impulse_mode": "soft", "kappa": 300.0, "relaxation": relax,
-            "seed": seed, "iterations_run": 100 * (seed + 1), "train_wall_s": 600.0 * (seed + 1),
+            "seed": seed, "iterations_run": 100 * (seed + 1), "train_wall_s": wall_s or 600.0 + 60.0 * seed,
             "eval_seed0": {"falls": falls, "stood_at_end": 20 - falls}}
 
 
-def test_summary_groups_seeds_by_setting():
-    res = {"rows": [_row("bcg", 0, 4), _row("shac", 0, 5), _row("bcg", 1, 1), _row("bcg", 2, 2, relax="seed")]}
-    groups = {(g["algo"], g["relaxation"]): g for g in summary_by_setting(res)}
-    assert groups[("bcg", "block")]["falls"] == [4, 1]
-    assert groups[("bcg", "block")]["falls_mean"] == pytest.approx(2.5)
-    assert groups[("bcg", "block")]["wall_min_mean"] == pytest.approx(15.0)  # (600 + 1200) / 2 s
-    assert groups[("shac", "block")]["seeds"] == [0]
+def test_summary_groups_seeds_by_setting_and_wall_time():
+    res = {"rows": [_row("bcg", 0, 4), _row("shac", 0, 5), _row("bcg", 1, 1), _row("bcg", 2, 2, relax="seed"),
+                    _row("shac", 2, 0, wall_s=4500.0)]}
+    groups = {(g["algo"], g["relaxation"], round(g["wall_min"][0], -1)): g for g in summary_by_setting(res)}
+    assert groups[("bcg", "block", 10)]["falls"] == [4, 1]
+    assert groups[("bcg", "block", 10)]["falls_mean"] == pytest.approx(2.5)
+    assert groups[("bcg", "block", 10)]["wall_min"] == pytest.approx([10.0, 11.0])  # 600 and 660 s: one 10-min class
+    assert groups[("shac", "block", 10)]["seeds"] == [0]
+    assert groups[("shac", "block", 80)]["seeds"] == [2]  # 75 min: compared at equal wall time, not with the 10-min run
+    groups = {(g["algo"], g["relaxation"]): g for g in summary_by_setting(res) if g["wall_min"][0] < 60}
     assert groups[("bcg", "seed")]["falls"] == [2]
     assert groups[("bcg", "block")]["bundle"] == "400 N, B 4, window 2, 4 slots"
-    assert ("| bcg | 400 N, B 4, window 2, 4 slots | impulse soft | 300 | block | 2 | 4 / 1 | 2.5 | 16 / 19 | 100 / 200 | 15 |"
+    assert ("| bcg | 400 N, B 4, window 2, 4 slots | impulse soft | 300 | block | 2 | 4 / 1 | 2.5 | 16 / 19 | 100 / 200 | 10 / 11 |"
             in render_impulse_training_summary(res))
     assert "| shac | - | impulse soft |" in render_impulse_training_summary(res)
