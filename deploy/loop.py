@@ -471,10 +471,13 @@ class ControlLoop:
             ticks, pol = self.ticks.arrays(), self.pol.arrays()
             run_dir = self.run_dir or new_run_dir(self.cfg.run_root)
         rt, spec = self.runtime, self.art.spec
+        tr = getattr(rt, "tracking", None)
         facts = PolicyFacts(motion=spec.motion.name, policy_dir=str(self.art.path), format=spec.format, kind=spec.kind,
                             source=spec.source, backend=getattr(rt, "backend", None),
                             backend_reason=getattr(rt, "backend_reason", None),
-                            tracking_frames=rt.tracking.ref.frames if getattr(rt, "tracking", None) is not None else None)
+                            tracking_frames=tr.ref.frames if tr is not None else None,
+                            reference_tilt=None if tr is None else tr.pelvis_tilt,
+                            reference_height=None if tr is None else tr.pelvis_height)
         mon = self.monitor
         return RunRecord(
             run_dir=run_dir, final_state=final_state, end_t=float(end_t), t0_monotonic=float(getattr(self, "t0", 0.0)),

@@ -26,6 +26,10 @@ class PolicyFacts:
     backend: str | None
     backend_reason: str | None
     tracking_frames: int | None  # the tracking reference's length (tracking policies)
+    # a tracking reference's pelvis per frame (policies.tracking.TrackingTerms.pelvis_tilt / pelvis_height): what
+    # bounds `fell` in POLICY (robots.physics.fallen's ref_tilt / ref_height); None for motions
+    reference_tilt: np.ndarray | None = None
+    reference_height: np.ndarray | None = None
 
 
 @dataclasses.dataclass(frozen=True)

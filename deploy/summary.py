@@ -16,7 +16,7 @@ from deploy.record import RunRecord
 from deploy.state_machine import STATES, State, state_index
 from policies.tracking import tracking_summary
 from robots import g1
-from robots.physics import FALL_DEFINITION, fallen
+from robots.physics import FALL_DEFINITION, FALL_DEFINITION_TRACKING, fallen
 
 # what the summary reads back from the log at full rate (t, sent, lateness, work: timing; the rest: ground truth)
 SUMMARY_TICK_FIELDS = ("t", "sent", "lateness", "work_ms", "state", "tick", "new", "est_vel", "est_height")
@@ -33,8 +33,8 @@ def write_results(rec: RunRecord, ground_truth: Iterable | None = None, echo: Ca
     period_err = np.abs(np.diff(sent) - g1.COMMAND_DT) / g1.COMMAND_DT if len(sent) > 1 else np.array([])
     compute = pol["compute_ms"]
     gt_hist = list(ground_truth) if ground_truth is not None else None
-    gt = ground_truth_metrics(gt_hist, ticks)
     facts = rec.policy_facts
+    gt = ground_truth_metrics(gt_hist, ticks, facts)
     log_info = {} if rec.log is None else {
         "log_file": rec.log.file, "log_bytes": rec.log.bytes, "log_chunks": rec.log.chunks,
         "log_dropped_chunks": rec.log.dropped_chunks, "log_error": rec.log.error}
@@ -109,8 +109,25 @@ def _velocity(rec: RunRecord, gt_hist: list | None) -> dict | None:
                                 c["t"], c["cmd"])
 
 
-def ground_truth_metrics(gt_history, ticks: dict) -> dict:
-    """Estimator RMSE and `fell` from the bridge's ground truth, matched by LowState tick."""
+def reference_frames(ticks: dict) -> dict[int, int]:
+    """LowState tick -> the policy step (the tracking reference's frame before clamping) of the loop tick that read
+    it, over every POLICY stretch of the run (steps count from the stretch's first tick, one per CONTROL_DT)."""
+    pol = ticks["state"] == state_index(State.POLICY)
+    out: dict[int, int] = {}
+    t0 = None
+    for i in range(len(pol)):
+        if not pol[i]:
+            t0 = None
+            continue
+        t0 = ticks["t"][i] if t0 is None else t0
+        out.setdefault(int(ticks["tick"][i]), int((ticks["t"][i] - t0) / g1.CONTROL_DT + 1e-9))
+    return out
+
+
+def ground_truth_metrics(gt_history, ticks: dict, facts=None) -> dict:
+    """Estimator RMSE and `fell` from the bridge's ground truth, matched by LowState tick. A tracking policy's
+    samples in POLICY are bounded by its reference's pelvis at that frame (robots.physics.fallen's ref_tilt /
+    ref_height, `facts`: the run's PolicyFacts)."""
     if gt_history is None:
         return {}
     hist = list(gt_history)
@@ -125,7 +142,16 @@ def ground_truth_metrics(gt_history, ticks: dict) -> dict:
     if released:
         z = np.array([g.pos[2] for g in released])
         quat = np.array([np.asarray(g.quat, float) for g in released])
-        fell = bool(np.any(fallen(z, quat)))
+        bounds = {}
+        if facts is not None and facts.reference_tilt is not None:
+            frames = reference_frames(ticks)
+            last = len(facts.reference_tilt) - 1
+            k = np.array([min(frames.get(int(g.tick), -1), last) for g in released])
+            inf = np.full(len(k), np.inf)
+            bounds["ref_tilt"] = np.where(k >= 0, facts.reference_tilt[np.maximum(k, 0)], -inf)
+            if facts.reference_height is not None:
+                bounds["ref_height"] = np.where(k >= 0, facts.reference_height[np.maximum(k, 0)], inf)
+        fell = bool(np.any(fallen(z, quat, **bounds)))
         pelvis_max = float(z.max())
         # longest stretch with both feet off the floor (a jump's flight): from a run's first
         # airborne sample to the next grounded one (or the last sample), sample ticks in ms
@@ -156,5 +182,6 @@ def ground_truth_metrics(gt_history, ticks: dict) -> dict:
             height_rmse = float(np.sqrt(np.mean((np.asarray(eh) - np.asarray(gh)) ** 2)))
     return {"fell": fell, "vel_rmse": vel_rmse, "height_rmse": height_rmse, "pelvis_max": pelvis_max,
             "flight_s": flight_s,
-            "info": f"{len(by_tick)} ground-truth samples; fell = {FALL_DEFINITION} after band release; "
-                    "RMSE over POLICY and after"}
+            "info": f"{len(by_tick)} ground-truth samples; fell = "
+                    f"{FALL_DEFINITION_TRACKING if facts is not None and facts.reference_tilt is not None else FALL_DEFINITION}"
+                    " after band release; RMSE over POLICY and after"}

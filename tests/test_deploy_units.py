@@ -383,3 +383,42 @@ def test_wait_until_sleeps_then_spins_to_the_deadline():
     assert slept == [] and 0.0008 <= end < 0.0009 + 1e-12
     end, slept = run(0.001, now=0.002)
     assert slept == [] and end == pytest.approx(0.0021)
+
+
+def test_a_tracking_dry_run_falls_by_its_reference_in_policy_only():
+    """deploy.summary.ground_truth_metrics: the bridge's ground truth in POLICY is bounded by the tracking
+    reference's pelvis at the frame the loop was on (reference_frames: LowState tick -> policy step, hand values);
+    outside POLICY the plain criterion holds. A pelvis bent 60 deg under a reference bent 58 deg is tracking, not
+    a fall; the same 60 deg in HOLD is one."""
+    import math
+
+    from deploy.record import PolicyFacts
+    from deploy.state_machine import state_index
+    from deploy.summary import ground_truth_metrics, reference_frames
+    from plant.robot import GroundTruth
+
+    n_hold, n_pol = 5, 30
+    states = [State.HOLD] * n_hold + [State.POLICY] * n_pol + [State.HOLD] * 5
+    ticks = {"t": np.arange(len(states)) * 0.002, "tick": 1000 + 2 * np.arange(len(states)),
+             "state": np.array([state_index(s) for s in states]), "new": np.ones(len(states)),
+             "est_vel": np.zeros((len(states), 3)), "est_height": np.full(len(states), 0.75)}
+    frames = reference_frames(ticks)
+    assert frames[1000 + 2 * n_hold] == 0 and frames[1000 + 2 * (n_hold + 10)] == 1  # 20 ms after POLICY's entry
+    assert 1000 not in frames and max(frames.values()) == 2
+
+    def gt(i, deg):
+        a = math.radians(deg)
+        return GroundTruth(tick=1000 + 2 * i, sim_time=0.0, clock=0.0, pos=np.array([0.0, 0.0, 0.75]),
+                           quat=np.array([math.cos(a / 2), 0.0, math.sin(a / 2), 0.0]), lin_vel_world=np.zeros(3),
+                           lin_vel_body=np.zeros(3), ang_vel_world=np.zeros(3), ang_vel_body=np.zeros(3),
+                           foot_contact=np.array([True, True]), foot_height=np.zeros(2), band=False, resets=0)
+
+    facts = PolicyFacts("box_lift", "p", "native", "motion", "", None, None, 3,
+                        reference_tilt=np.radians([58.0, 58.0, 58.0]), reference_height=np.full(3, 0.7))
+    in_policy = [gt(i, 60.0 if i == n_hold + 12 else 0.0) for i in range(len(states))]
+    assert ground_truth_metrics(in_policy, ticks, facts)["fell"] is False
+    assert ground_truth_metrics(in_policy, ticks)["fell"] is True  # a motion's run: 60 deg is a fall
+    in_hold = [gt(i, 60.0 if i == 2 else 0.0) for i in range(len(states))]
+    assert ground_truth_metrics(in_hold, ticks, facts)["fell"] is True
+    beyond = [gt(i, 79.0 if i == n_hold + 12 else 0.0) for i in range(len(states))]
+    assert ground_truth_metrics(beyond, ticks, facts)["fell"] is True  # 21 deg past the reference
