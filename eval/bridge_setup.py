@@ -12,7 +12,8 @@ with hidden perturbations.
 - perturbation: the hidden robot, the bridge's own knobs: robots.model.BridgeModelConfig's
   armature_scale, damping_scale, frictionloss_scale, extra_joint_damping (and contact, a name in
   robots.model.BRIDGE_CONTACT), kp_scale (every drive's kp), cmd_latency_ms (target applied that much
-  later) and state_latency_ms (the policy observes the state that old), as the sim bridge's faults.
+  later) and state_latency_ms (the policy observes the state that old), as the sim bridge's faults, and
+  torque_speed=1 (the drives bounded by the torque-speed envelope, the bridge's --torque-speed-envelope).
 
 One or the other: the calibration is the model a policy believes in, the perturbation the robot it
 meets. Invariant: `BridgeSetup()` is the nominal bridge, and EvalSim built from it is bit-identical to
@@ -34,7 +35,7 @@ CALIBRATION_NEEDS = ("domain_randomization_centre.armature_scale", "domain_rando
                      "domain_randomization_centre.frictionloss_scale", "domain_randomization_centre.kp_scale",
                      "latency.action_delay_s")
 MODEL_KEYS = ("armature_scale", "damping_scale", "frictionloss_scale", "extra_joint_damping")
-PERTURBATION_KEYS = (*MODEL_KEYS, "kp_scale", "cmd_latency_ms", "state_latency_ms", "contact")
+PERTURBATION_KEYS = (*MODEL_KEYS, "kp_scale", "cmd_latency_ms", "state_latency_ms", "contact", "torque_speed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,11 +45,13 @@ class BridgeSetup:
     kp_centre: Any = 1.0  # scalar or (29,): multiplies the eval's kp randomisation
     cmd_delay_s: float = 0.0  # target applied this long after it was issued
     state_delay_s: float = 0.0  # the policy observes the state this old
+    torque_speed_envelope: bool = False  # the drives bounded by the torque-speed envelope (plant.config)
     label: str = "nominal"
 
     def record(self) -> dict:
         """What eval.json records about the bridge (absent for the nominal one)."""
-        out = {"label": self.label, "cmd_delay_s": self.cmd_delay_s, "state_delay_s": self.state_delay_s}
+        out = {"label": self.label, "cmd_delay_s": self.cmd_delay_s, "state_delay_s": self.state_delay_s,
+               "torque_speed_envelope": self.torque_speed_envelope}
         blank = BridgeModelConfig()
         out["model"] = {f.name: getattr(self.model, f.name) for f in dataclasses.fields(blank)
                         if getattr(self.model, f.name) != getattr(blank, f.name)}
@@ -82,6 +85,11 @@ def parse_perturbation(text: str) -> BridgeSetup:
                             f"{', '.join(PERTURBATION_KEYS)}")
         if key in vals:
             raise EvalError(f"--bridge-perturbation: {key} given twice")
+        if key == "torque_speed":
+            if val not in ("0", "1"):
+                raise EvalError(f"--bridge-perturbation torque_speed={val!r}: use 1 (the envelope) or 0")
+            vals[key] = val == "1"
+            continue
         if key == "contact":
             if val not in BRIDGE_CONTACT:
                 raise EvalError(f"--bridge-perturbation contact={val!r}: use one of {list(BRIDGE_CONTACT)}")
@@ -101,4 +109,5 @@ def parse_perturbation(text: str) -> BridgeSetup:
     model = BridgeModelConfig(**{k: vals[k] for k in (*MODEL_KEYS, "contact") if k in vals})
     return BridgeSetup(model=model, kp_centre=vals.get("kp_scale", 1.0),
                        cmd_delay_s=vals.get("cmd_latency_ms", 0.0) * 1e-3,
-                       state_delay_s=vals.get("state_latency_ms", 0.0) * 1e-3, label=f"perturbation {text}")
+                       state_delay_s=vals.get("state_latency_ms", 0.0) * 1e-3,
+                       torque_speed_envelope=vals.get("torque_speed", False), label=f"perturbation {text}")

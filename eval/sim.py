@@ -28,7 +28,8 @@ from robots.physics import GRAVITY, quat_rotate_inverse
 class EvalSim:
     def __init__(self, setup: BridgeSetup | None = None):
         self.setup = setup = setup or BridgeSetup()  # nominal, a calibration's model or a hidden robot
-        self.plant = Plant(PlantConfig(model=setup.model, band=BandConfig(enabled=False)), setup.calibration)
+        self.plant = Plant(PlantConfig(model=setup.model, band=BandConfig(enabled=False),
+                                       torque_speed_envelope=setup.torque_speed_envelope), setup.calibration)
         self.m, self.d = m, _ = self.plant.model, self.plant.data
         self._cmd_delay = setup.cmd_delay_s
         self._state_delay = setup.state_delay_s

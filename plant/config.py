@@ -47,3 +47,6 @@ class PlantConfig:
     model: BridgeModelConfig = BridgeModelConfig()
     band: BandConfig = BandConfig()
     pushes: tuple[Push, ...] = ()
+    # the drives' torque bounded by robots.physics.torque_speed_bounds (robots/g1.py's torque and velocity limits)
+    # instead of the constant torque limit
+    torque_speed_envelope: bool = False

@@ -23,7 +23,7 @@ from plant.faults import PushSchedule
 from robots import calibration as C
 from robots import g1
 from robots.model import ModelError, build_bridge_spec, motor_dof_adr, motor_qpos_adr
-from robots.physics import pd_torque
+from robots.physics import pd_torque, torque_speed_bounds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,13 +44,19 @@ class Setpoint:
         return cls(cmd.q[:n], cmd.kp[:n], cmd.kd[:n], cmd.dq[:n], cmd.tau[:n], cmd.mode[:n] != MOTOR_MODE_DISABLE)
 
 
-def drive_torque(sp: Setpoint | None, q: np.ndarray, dq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def drive_torque(sp: Setpoint | None, q: np.ndarray, dq: np.ndarray,
+                 envelope: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(demanded, applied) torque of the 29 drives at joint state (q, dq): robots.physics.pd_torque of the set-point,
-    and that clipped to the motor limits; both zero for disabled motors and before any set-point."""
+    and that clipped to the motor limits (`envelope`: to the torque-speed envelope at dq,
+    robots.physics.torque_speed_bounds); both zero for disabled motors and before any set-point."""
     if sp is None:
         return np.zeros(g1.NUM_MOTORS), np.zeros(g1.NUM_MOTORS)
     demand = pd_torque(sp.q, q, dq, sp.kp, sp.kd, dq_target=sp.dq, tau_ff=sp.tau_ff)
-    applied = np.clip(demand, -g1.TORQUE_LIMIT, g1.TORQUE_LIMIT)
+    if envelope:
+        lo, hi = torque_speed_bounds(dq, g1.TORQUE_LIMIT, g1.VELOCITY_LIMIT)
+        applied = np.clip(demand, lo, hi)
+    else:
+        applied = np.clip(demand, -g1.TORQUE_LIMIT, g1.TORQUE_LIMIT)
     if sp.enabled is not None:
         demand, applied = np.where(sp.enabled, demand, 0.0), np.where(sp.enabled, applied, 0.0)
     return demand, applied
@@ -219,7 +225,8 @@ class Plant:
     def step(self) -> None:
         m, d = self.model, self.data
         self._scheduled()
-        self.tau_demand, self.tau = drive_torque(self.setpoint, d.qpos[self.qadr], d.qvel[self.dadr])
+        self.tau_demand, self.tau = drive_torque(self.setpoint, d.qpos[self.qadr], d.qvel[self.dadr],
+                                                 self.cfg.torque_speed_envelope)
         d.ctrl[:] = self.tau
         d.xfrc_applied[self.base_body] = self._external_force()
         mujoco.mj_step2(m, d)

@@ -28,6 +28,14 @@ def pd_torque(q_target, q, dq, kp, kd, dq_target=0.0, tau_ff=0.0, tau_max=None, 
     return tau if tau_max is None else xp.clip(tau, -tau_max, tau_max)
 
 
+def torque_speed_bounds(dq, tau_max, v_lim, tau_peak=None, xp=np):
+    """(lo, hi) torque a drive can give at joint speed dq: the seed's linear torque-speed envelope,
+    hi = clip(tau_peak (1 - dq / v_lim), 0, tau_max), lo = clip(tau_peak (-1 - dq / v_lim), -tau_max, 0) (tau_peak
+    defaults to tau_max): full torque at rest, none in the direction of motion at v_lim, braking always."""
+    peak = tau_max if tau_peak is None else tau_peak
+    return (xp.clip(peak * (-1.0 - dq / v_lim), -tau_max, 0.0), xp.clip(peak * (1.0 - dq / v_lim), 0.0, tau_max))
+
+
 def quat_rotate_inverse(quat, v, xp=np):
     """Rotate world vector v into the frame of unit quaternion quat (w, x, y, z)."""
     w = quat[..., :1]

@@ -157,6 +157,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     g.add_argument("--frictionloss-scale", type=_nonneg, default=default(M, "frictionloss_scale"))
     g.add_argument("--extra-joint-damping", type=_nonneg, default=default(M, "extra_joint_damping"),
                    help="N m s/rad on every motor joint")
+    g.add_argument("--torque-speed-envelope", action="store_true",
+                   help="the drives' torque bounded by the torque-speed envelope (robots.physics.torque_speed_bounds)")
     g = p.add_argument_group("foot contact (robots.model.BridgeModelConfig; python -m sim.creep measures them)")
     g.add_argument("--contact", default=default(M, "contact"), choices=list(BRIDGE_CONTACT),
                    help="a named foot-contact setting (robots.model.BRIDGE_CONTACT); default: the MJCF's")
@@ -185,6 +187,7 @@ def config_from_args(ns: argparse.Namespace) -> BridgeConfig:
                                 extra_joint_damping=ns.extra_joint_damping, contact=ns.contact,
                                 foot_condim=ns.foot_condim, foot_friction=ns.foot_friction, cone=ns.cone,
                                 noslip_iterations=ns.noslip_iterations),
+        torque_speed_envelope=ns.torque_speed_envelope,
         band=BandConfig(enabled=not ns.no_band, release_after=ns.band_release_after, height=ns.band_height,
                         stiffness=ns.band_stiffness, damping=ns.band_damping),
         noise=NoiseConfig(ns.gyro_noise, ns.accel_noise, ns.joint_pos_noise, ns.joint_vel_noise,

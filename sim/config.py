@@ -48,6 +48,7 @@ class BridgeConfig:
     seed: int = 0
     viewer: bool = False
     model: BridgeModelConfig = BridgeModelConfig()
+    torque_speed_envelope: bool = False  # plant.config.PlantConfig's
     band: BandConfig = BandConfig()
     noise: NoiseConfig = NoiseConfig()
     faults: FaultConfig = FaultConfig()
@@ -63,4 +64,5 @@ class BridgeConfig:
 
     def plant(self) -> PlantConfig:
         """The simulated robot this bridge runs (model, band, scheduled pushes)."""
-        return PlantConfig(model=self.model, band=self.band, pushes=self.pushes)
+        return PlantConfig(model=self.model, band=self.band, pushes=self.pushes,
+                           torque_speed_envelope=self.torque_speed_envelope)

@@ -47,3 +47,25 @@ def test_pushes_act_at_episode_times_and_do_not_leak_into_the_next_episode():
     np.testing.assert_array_equal(forces[11], f)
     sim.reset()
     assert not np.any(_hold(sim, 700))  # the 0.5 s push of the last episode is gone
+
+
+def test_torque_speed_envelope_hand_values_and_the_plant_applies_it():
+    """robots.physics.torque_speed_bounds (the seed's envelope, tau_peak = tau_max): full torque at rest, half in
+    the direction of motion at half the velocity limit, braking always; the plant applies it when configured."""
+    from eval.bridge_setup import parse_perturbation
+    from plant.config import PlantConfig
+    from plant.robot import Setpoint, drive_torque
+    from robots.physics import torque_speed_bounds
+
+    lo, hi = torque_speed_bounds(np.array([0.0, 16.0, -16.0, 40.0]), 88.0, 32.0)
+    np.testing.assert_allclose(hi, [88.0, 44.0, 88.0, 0.0])
+    np.testing.assert_allclose(lo, [-88.0, -88.0, -44.0, -88.0])
+    sp = Setpoint(np.full(g1.NUM_MOTORS, 1.0), np.full(g1.NUM_MOTORS, 1000.0), np.zeros(g1.NUM_MOTORS))
+    q, dq = np.zeros(g1.NUM_MOTORS), 0.5 * g1.VELOCITY_LIMIT
+    demand, plain = drive_torque(sp, q, dq)
+    _, env = drive_torque(sp, q, dq, envelope=True)
+    np.testing.assert_array_equal(plain, g1.TORQUE_LIMIT)  # 1000 Nm/rad x 1 rad: saturated either way
+    np.testing.assert_allclose(env, 0.5 * g1.TORQUE_LIMIT)
+    assert Plant(PlantConfig(torque_speed_envelope=True)).cfg.torque_speed_envelope
+    assert EvalSim(parse_perturbation("torque_speed=1")).plant.cfg.torque_speed_envelope
+    assert not EvalSim().plant.cfg.torque_speed_envelope
