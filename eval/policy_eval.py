@@ -46,13 +46,8 @@ TRACK_KEYS = ("joint_rms_rad", "joint_rms_worst_s_rad", "anchor_ori_err_rad", "a
 
 
 def reference_bounds(tracking, step: int) -> dict:
-    """A tracking run's fall bounds at `step` (robots.physics.fallen's ref_height / ref_tilt: the reference's pelvis
-    at that frame); none for other policies and for references without the anchor's pose."""
-    if tracking is None or tracking.pelvis_tilt is None:
-        return {}
-    k = tracking.frame(step)
-    return {"ref_tilt": float(tracking.pelvis_tilt[k]),
-            "ref_height": None if tracking.pelvis_height is None else float(tracking.pelvis_height[k])}
+    """A run's fall bounds at `step`: its tracking reference's (TrackingTerms.bounds); none for other policies."""
+    return {} if tracking is None else tracking.bounds(step)
 
 
 def ghost_qpos(sim: EvalSim, tracking, k: int) -> np.ndarray:

@@ -30,7 +30,8 @@ class EvalSim:
         self.setup = setup = setup or BridgeSetup()  # nominal, a calibration's model or a hidden robot
         self.plant = Plant(PlantConfig(model=setup.model, band=BandConfig(enabled=False),
                                        torque_speed_envelope=setup.torque_speed_envelope), setup.calibration)
-        self.m, self.d = m, _ = self.plant.model, self.plant.data
+        m = self.m = self.plant.model
+        self.d = self.plant.data
         self._cmd_delay = setup.cmd_delay_s
         self._state_delay = setup.state_delay_s
         self._commands, self._states = DelayLine(), DelayLine()

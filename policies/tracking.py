@@ -230,6 +230,15 @@ class TrackingTerms:
     def frame(self, step: int) -> int:
         return int(min(max(step, 0), self.ref.frames - 1))
 
+    def bounds(self, step: int) -> dict:
+        """The fall bounds at `step` (robots.physics.fallen's ref_tilt / ref_height: the reference's pelvis at that
+        frame); none for a reference without the anchor's pose."""
+        if self.pelvis_tilt is None:
+            return {}
+        k = self.frame(step)
+        return {"ref_tilt": float(self.pelvis_tilt[k]),
+                "ref_height": None if self.pelvis_height is None else float(self.pelvis_height[k])}
+
     def robot_anchor(self, q, quat, base_pos) -> tuple[np.ndarray, np.ndarray]:
         """(position, rotation) of the robot's anchor body in the world from the pelvis pose and q."""
         p_in, r_in = self.kin.pose_in_pelvis(self.anchor, q)

@@ -170,6 +170,7 @@ class SafetyMonitor:
             prev = self.prev_target if self.prev_target is not None else self._zeros
             if gains is not self._gains_in:  # validated once per gains object; the copies are what is sent
                 self._set_gains(gains)
+            tilt_max = self.limits.tilt_max if reference_tilt is None else tilt_limit(self.limits, reference_tilt)
             if self._lim is not None and type(proposed) is np.ndarray and type(q) is np.ndarray \
                     and type(dq) is np.ndarray and q.dtype is _F64 and dq.dtype is _F64 and proposed.dtype is _F64 \
                     and q.shape == dq.shape == proposed.shape == _SHAPE and np.shape(quat) == (4,):
@@ -177,13 +178,11 @@ class SafetyMonitor:
                 u[_U_Q:_U_DQ], u[_U_DQ:_U_PROP], u[_U_PROP:_U_PREV], u[_U_PREV:_U_QUAT], u[_U_QUAT:] = \
                     q, dq, proposed, prev, quat
                 target = np.empty(g1.NUM_MOTORS)
-                tilt_max = self.limits.tilt_max if reference_tilt is None else tilt_limit(self.limits, reference_tilt)
                 if _kernel.safety_tick(u, self._lim, tilt_max, check_tilt, target) == _kernel.OK:
                     self.prev_target = target
                     return Command(target, _Z, _Z, self._kp, self._kd, "position")
             out = checked_command(np.asarray(q, float), np.asarray(dq, float), np.asarray(quat, float),
-                                  proposed, prev, self.limits, check_tilt, self._gains,
-                                  None if reference_tilt is None else tilt_limit(self.limits, reference_tilt))
+                                  proposed, prev, self.limits, check_tilt, self._gains, tilt_max)
             if isinstance(out, Command):
                 if out.kind == "position":
                     self.prev_target = out.q
