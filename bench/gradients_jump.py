@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench.gradients_touchdown import _boot, _local_cell, batch_var, local_summary, seed_ratio_cell
+from bench.gradients_touchdown import _boot, _local_cell, batch_var, local_summary, ratio_cell
 from motions import load_motion
 from train import domain_rand as DR
 from train.bcg import BCGConfig, perturb_branches
@@ -165,7 +165,7 @@ def render_gradients_jump_table(results: dict) -> str:
         p, s, loc = r["plain"], r["bcg_seed"], r.get("local")
         lines.append(
             f"| {r['name']} (it {r['checkpoint_step']}) | {r['mode']} | {r['horizon']} | {r['envs']} x {r['seeds']} "
-            f"| {p['seed_var']:.3g} | {seed_ratio_cell(p, s)} | {s['ratio_batch_var']:.2f} "
+            f"| {p['seed_var']:.3g} | {ratio_cell(p, s, 'seed_var')} | {s['ratio_batch_var']:.2f} "
             f"| {s['bundled']:.2f} | {s['cos_vs_plain']:.2f} | {p['per_env_norm_max_over_median']:.1f} "
             f"| {_local_cell(loc)} |")
     return "\n".join(lines)

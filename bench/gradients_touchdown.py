@@ -1,4 +1,5 @@
-"""Gradient quality across touch-down: plain analytic gradients vs BCG on the seed's impulse contact.
+"""Gradient quality across touch-down: plain analytic gradients vs BCG, on the seed's impulse contact (soft,
+mixed, hard), MJX's constraint contact and the penalty spring ("sigmoid" contact, K = 2e4 N/m per sphere).
 
 Scenario ("landing from flight"): the PD-held G1 falls from a height h ~ U(0.10, 0.20) m (per env) and
 is started on that ballistic path t_td ~ U(0.01, 0.6 H dt) s before its soles touch the floor, so the
@@ -16,8 +17,10 @@ Measures per (contact mode, kappa, horizon, estimator), over `seeds` batches of 
   seeds, with its bootstrap 90 % interval over seeds);
 - batch_var: trace of the covariance over seeds of the batch gradient (bootstrap 90 % interval);
 - ratio_seed_var / ratio_batch_var: BCG / plain;
-- bias and cosine of the mean gradient against plain's mean (both estimate the same batch objective's
-  gradient only where it is smooth; their gap is what the bundle changes);
+- bias and cosine of the mean gradient against the resolved reference: plain's mean over all N x seeds
+  per-env gradients, with its relative standard error (ref_rel_se = |SE| / |mean|; resolved where <= 0.1).
+  noise_rel is the relative difference that the two means' standard errors alone would give: a bias above
+  it is the bundle's, below it is sampling noise;
 - bundled: fraction of env-steps in a bundle; touchdown_step: mean control step of first contact;
 - local: what a bundle can average at all. Each env's start state is perturbed M times by the seed's own
   bundle perturbation (1 cm / 1 cm/s at both feet through the legs' damped pseudo-inverse, clamped; the same
@@ -27,13 +30,14 @@ Measures per (contact mode, kappa, horizon, estimator), over `seeds` batches of 
   bound_seed_var = 1 - (1 - 1/8) local_share is the ratio that smoothing of the start state would reach. A
   bundle is narrower: it averages one window's branches and continues from their mean state.
 
-    python -m bench.gradients_touchdown [--modes soft mixed hard] [--kappas 50 100 300] [--horizons 8 32]
+    python -m bench.gradients_touchdown [--contacts soft mixed hard mjx penalty] [--kappas 50 100 300] [--horizons 8 32]
         [--envs 64] [--seeds 12] [--local 8] [--out results/gradients_touchdown.json]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 
@@ -45,23 +49,36 @@ from motions import hold_pose_motion
 from robots import g1
 from train import domain_rand as DR
 from train.bcg import BCGConfig, perturb_branches
+from train.contact import SUBSTEP as SPRING_SUBSTEP
 from train.env import EnvConfig, G1Env
 from train.rollout import rollout
 
 ACTION_STD = 0.1
 ESTIMATORS = ("plain", "bcg_seed", "bcg_ours")
+IMPULSE_MODES = ("soft", "mixed", "hard")
+# a row's contact: an impulse mode, MJX's constraint contact or the penalty spring (EnvConfig.contact "sigmoid")
+CONTACTS = IMPULSE_MODES + ("mjx", "penalty")
+KAPPA_FREE = ("hard", "mjx")  # contacts without a gate: one row, at the last kappa given
+
+
+def env_config(contact: str) -> EnvConfig:
+    if contact not in CONTACTS:
+        raise ValueError(f"contact {contact!r}: one of {', '.join(CONTACTS)}")
+    kind = {"mjx": "mjx", "penalty": "sigmoid"}.get(contact, "impulse")
+    extra = ({"impulse_mode": contact} if kind == "impulse" else
+             {"substeps": math.ceil(g1.CONTROL_DT / SPRING_SUBSTEP - 1e-9)} if kind == "sigmoid" else {})  # 300 Hz
+    return EnvConfig(contact=kind, domain_rand=DR.DomainRandConfig.off(), obs_noise=0.0, **extra)
 
 
 class Scenario:
-    """One impulse-contact mode and horizon: compiled gradients for each estimator; kappa is a per-env
-    EnvParams leaf, so one compile serves every kappa. plain and bcg_seed treat every env on its own (no
+    """One contact (an impulse mode, "mjx" or "penalty") and horizon: compiled gradients for each estimator;
+    kappa is a per-env EnvParams leaf, so one compile serves every kappa. plain and bcg_seed treat every env on its own (no
     slot budget), so they run as a vmap over single-env rollouts and yield per-env gradients; bcg_ours's
     slot budget couples the envs of a batch, so it yields the batch gradient only."""
 
     def __init__(self, mode: str, horizon: int, num_envs: int, local: int = 0, pre_trigger: float | None = None):
         self.N, self.H, self.mode, self.M = num_envs, horizon, mode, local
-        self.env = env = G1Env(EnvConfig(contact="impulse", impulse_mode=mode, domain_rand=DR.DomainRandConfig.off(),
-                                         obs_noise=0.0), hold_pose_motion(horizon + 8, "hold"))
+        self.env = env = G1Env(env_config(mode), hold_pose_motion(horizon + 8, "hold"))
         self.bcg = {"plain": None, "bcg_seed": BCGConfig.seed_settings(1, env.cfg.physics_dt),
                     "bcg_ours": BCGConfig(branches=4, horizon=2, max_bundled_envs=4, tau=400.0)}
         w0 = 0.01 * jax.random.normal(jax.random.PRNGKey(42), (env.observation_size, g1.NUM_MOTORS))
@@ -137,6 +154,14 @@ def _boot(values: np.ndarray, stat, n: int = 2000, rng=np.random.default_rng(0))
     return [float(np.quantile(s, 0.05)), float(np.quantile(s, 0.95))]
 
 
+def _boot_ratio(a: np.ndarray, b: np.ndarray, stat, n: int = 2000, rng=np.random.default_rng(0)) -> list[float]:
+    """90 % bootstrap interval of stat(a) / stat(b) with the first axis resampled jointly (paired samples: the
+    same seeds)."""
+    idx = rng.integers(0, len(a), size=(n, len(a)))
+    s = np.array([stat(a[i]) / stat(b[i]) for i in idx])
+    return [float(np.quantile(s, 0.05)), float(np.quantile(s, 0.95))]
+
+
 def batch_var(g: np.ndarray) -> float:
     return float(g.var(0, ddof=1).sum())
 
@@ -199,15 +224,19 @@ def study(sc: Scenario, kappa: float, seeds: int) -> dict:
             per[k].append(v)
     row: dict = {"mode": sc.mode, "kappa": kappa, "horizon": sc.H, "envs": sc.N, "seeds": seeds,
                  "wall_s": time.perf_counter() - t0}
-    means = {}
+    means, batches, seed_vars = {}, {}, {}
     for k, vals in per.items():
         G = np.stack([v[1] for v in vals])  # (seeds, 29) batch gradients
-        means[k] = G.mean(0)
+        # the estimator's mean and its standard error from its independent samples: per-env gradients where
+        # they exist (N x seeds), else the batch gradients (seeds)
+        means[k] = mean_and_se(np.concatenate([v[0] for v in vals]) if vals[0][0] is not None else G)
+        batches[k] = G
         r = {"batch_var": batch_var(G), "batch_var_ci90": _boot(G, batch_var),
              "bundled": float(np.mean([v[2] for v in vals])), "touchdown_step": float(np.mean([v[3] for v in vals])),
              "grad_norm_median": float(np.median(np.linalg.norm(G, axis=1)))}
         if vals[0][0] is not None:
             sv = np.array([v[0].var(0, ddof=1).sum() for v in vals])  # the seed's measure, per batch
+            seed_vars[k] = sv
             r["seed_var"] = float(sv.mean())
             r["seed_var_ci90"] = _boot(sv, np.mean)
         row[k] = r
@@ -215,64 +244,116 @@ def study(sc: Scenario, kappa: float, seeds: int) -> dict:
         row["local"] = local_summary(local, row["plain"]["seed_var"])
     for k in ESTIMATORS[1:]:
         row[k]["ratio_batch_var"] = row[k]["batch_var"] / row["plain"]["batch_var"]
+        row[k]["ratio_batch_var_ci90"] = _boot_ratio(batches[k], batches["plain"], batch_var)
         if "seed_var" in row[k]:
             row[k]["ratio_seed_var"] = row[k]["seed_var"] / row["plain"]["seed_var"]
-        a, b = means[k], means["plain"]
-        row[k]["cos_vs_plain"] = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
-        row[k]["rel_diff_vs_plain"] = float(np.linalg.norm(a - b) / (np.linalg.norm(b) + 1e-30))
+            row[k]["ratio_seed_var_ci90"] = _boot_ratio(seed_vars[k], seed_vars["plain"], np.mean)
+        row[k].update(against_reference(means[k], means["plain"]))
+    ref, ref_se = means["plain"]
+    row["plain"]["ref_rel_se"] = float(ref_se / (np.linalg.norm(ref) + 1e-30))
     return row
 
 
-def seed_ratio_cell(plain: dict, est: dict) -> str:
-    """est's seed-variance ratio to plain with its 90 % interval (the interval of est's measure over plain's mean)."""
-    lo, hi = (x / plain["seed_var"] for x in est["seed_var_ci90"])
-    return f"{est['seed_var'] / plain['seed_var']:.2f} ({lo:.2f}-{hi:.2f})"
+def mean_and_se(samples: np.ndarray) -> tuple[np.ndarray, float]:
+    """(mean (29,), |standard error of the mean|) of independent gradient samples (n, 29): the SE's norm is
+    sqrt(trace of the sample covariance / n)."""
+    return samples.mean(0), float(np.sqrt(samples.var(0, ddof=1).sum() / len(samples)))
+
+
+def against_reference(est: tuple[np.ndarray, float], ref: tuple[np.ndarray, float]) -> dict:
+    """An estimator's mean gradient against the reference's (plain's, resolved over every sample): cosine, the
+    relative difference |a - b| / |b| (cos_vs_plain, rel_diff_vs_plain), and noise_rel = sqrt(se_a^2 + se_b^2) /
+    |b|, what the two means' sampling errors alone would give."""
+    (a, se_a), (b, se_b) = est, ref
+    nb = np.linalg.norm(b) + 1e-30
+    return {"cos_vs_plain": float(a @ b / (np.linalg.norm(a) * nb)), "rel_diff_vs_plain": float(np.linalg.norm(a - b) / nb),
+            "noise_rel": float(np.hypot(se_a, se_b) / nb)}
 
 
 def _pre_cell(row: dict) -> str:
     pre = row.get("bcg_seed_pre")
     if not pre:
         return "-"
-    return f"{seed_ratio_cell(row['plain'], pre)[:-1]}; {pre['bundled']:.2f}, {100 * pre['trigger_height_m']:g} cm)"
+    return f"{ratio_cell(row['plain'], pre, 'seed_var')[:-1]}; {pre['bundled']:.2f}, {100 * pre['trigger_height_m']:g} cm)"
 
 
 def _local_cell(loc: dict | None) -> str:
     return "-" if not loc else f"{loc['local_share']:.3f} ({loc['bound_seed_var']:.2f})"
 
 
-def render_gradients_touchdown_headline(results: dict) -> str:
-    """The README's short form: per contact mode, what the seed's bundle does to the seed's own variance measure."""
-    lines = ["| contact (kappa 300, 8 steps, landing from flight) | the seed's bundle / plain, seed's variance measure (90 % CI) "
-             "| with a pre-contact trigger | share of the measure from 1 cm perturbations of the feet |", "|---|---|---|---|"]
+def ratio_cell(plain: dict, est: dict, measure: str) -> str:
+    """est's `measure` ("seed_var" / "batch_var") over plain's, with the ratio's paired bootstrap 90 % interval over
+    seeds (rows measured before it was stored: est's interval over plain's value)."""
+    if f"ratio_{measure}_ci90" in est:
+        lo, hi = est[f"ratio_{measure}_ci90"]
+    else:
+        lo, hi = (x / plain[measure] for x in est[f"{measure}_ci90"])
+    return f"{est[measure] / plain[measure]:.2f} ({lo:.2f}-{hi:.2f})"
+
+
+def contact_label(row: dict) -> str:
+    mode = row["mode"]
+    return {"mjx": "MJX", "penalty": "penalty"}.get(mode, f"impulse {mode}")
+
+
+def kappa_label(row: dict) -> str:
+    return "-" if row["mode"] in KAPPA_FREE else f"{row['kappa']:g}"
+
+
+def bias_cell(est: dict) -> str:
+    """relative difference to the reference (what sampling noise alone gives)."""
+    if "noise_rel" not in est:
+        return f"{est['rel_diff_vs_plain']:.3f} (-)"
+    return f"{est['rel_diff_vs_plain']:.3f} ({est['noise_rel']:.3f})"
+
+
+def shown_rows(results: dict) -> list[dict]:
+    """One row per (contact, kappa, horizon): the one with the most samples (envs x seeds), in contact order."""
+    best: dict = {}
     for r in results["rows"]:
-        if (r["kappa"], r["horizon"]) != (300.0, 8):
+        k = (r["mode"], r["kappa"], r["horizon"])
+        if k not in best or r["envs"] * r["seeds"] > best[k]["envs"] * best[k]["seeds"]:
+            best[k] = r
+    return sorted(best.values(), key=lambda r: (r["horizon"], CONTACTS.index(r["mode"]), -r["kappa"]))
+
+
+def render_gradients_touchdown_headline(results: dict) -> str:
+    """The README's short form: per contact and horizon at kappa 300, what the seed's bundle does to the seed's own
+    variance measure and to the batch gradient's variance."""
+    lines = ["| contact (landing from flight, kappa 300) | steps | envs x seeds | the seed's bundle / plain: seed's variance "
+             "measure (90 % CI) | batch gradient's variance (90 % CI) | env-steps bundled |", "|---|---|---|---|---|---|"]
+    for r in shown_rows(results):
+        if r["kappa"] != 300.0:
             continue
-        pre = r.get("bcg_seed_pre")
-        pre_cell = "-" if not pre else seed_ratio_cell(r["plain"], pre)
-        share = "-" if not r.get("local") else f"{r['local']['local_share']:.2f}"
-        lines.append(f"| impulse, {r['mode']} | {seed_ratio_cell(r['plain'], r['bcg_seed'])} | {pre_cell} | {share} |")
+        p, s = r["plain"], r["bcg_seed"]
+        lines.append(f"| {contact_label(r)} | {r['horizon']} | {r['envs']} x {r['seeds']} | {ratio_cell(p, s, 'seed_var')} "
+                     f"| {ratio_cell(p, s, 'batch_var')} | {s['bundled']:.2f} |")
     return "\n".join(lines)
 
 
 def render_gradients_touchdown_table(results: dict) -> str:
-    """Markdown table of results/gradients_touchdown.json."""
-    lines = ["| mode | kappa | H | envs x seeds | touch-down step | plain seed var | BCG-seed / plain (seed var, 90 % CI) "
-             "| BCG-seed / plain (batch var) | BCG-ours / plain (batch var) | bundled (seed / ours) | cos BCG-seed vs plain "
-             "| local share of seed var (8 whole perturbed rollouts averaged) | BCG-seed, pre-contact trigger / plain (seed var, 90 % CI; bundled) |",
+    """Markdown table of results/gradients_touchdown.json (per setting, its row with the most samples)."""
+    lines = ["| contact | kappa | H | envs x seeds | touch-down step | plain seed var (reference's rel. SE) "
+             "| BCG-seed / plain (seed var, 90 % CI) | BCG-seed / plain (batch var, 90 % CI) "
+             "| BCG-ours / plain (batch var, 90 % CI) | bundled (seed / ours) | BCG-seed vs reference: rel. difference "
+             "(noise alone) | local share of seed var (8 whole perturbed rollouts averaged) "
+             "| BCG-seed, pre-contact trigger / plain (seed var, 90 % CI; bundled) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in results["rows"]:
+    for r in shown_rows(results):
         p, s, o = r["plain"], r["bcg_seed"], r["bcg_ours"]
+        se = f"{p['ref_rel_se']:.2f}" if "ref_rel_se" in p else "-"
         lines.append(
-            f"| {r['mode']} | {r['kappa']:g} | {r['horizon']} | {r['envs']} x {r['seeds']} | {p['touchdown_step']:.1f} "
-            f"| {p['seed_var']:.3g} | {seed_ratio_cell(p, s)} | {s['ratio_batch_var']:.2f} "
-            f"| {o['ratio_batch_var']:.2f} | {s['bundled']:.2f} / {o['bundled']:.2f} | {s['cos_vs_plain']:.2f} "
-            f"| {_local_cell(r.get('local'))} | {_pre_cell(r)} |")
+            f"| {contact_label(r)} | {kappa_label(r)} | {r['horizon']} | {r['envs']} x {r['seeds']} "
+            f"| {p['touchdown_step']:.1f} | {p['seed_var']:.3g} ({se}) | {ratio_cell(p, s, 'seed_var')} "
+            f"| {ratio_cell(p, s, 'batch_var')} | {ratio_cell(p, o, 'batch_var')} | {s['bundled']:.2f} / {o['bundled']:.2f} "
+            f"| {bias_cell(s)} | {_local_cell(r.get('local'))} | {_pre_cell(r)} |")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--modes", nargs="+", default=["soft", "mixed", "hard"], choices=["soft", "mixed", "hard"])
+    ap.add_argument("--contacts", nargs="+", default=list(CONTACTS), choices=CONTACTS,
+                    help="impulse modes (soft, mixed, hard), MJX's contact (mjx), the penalty spring (penalty)")
     ap.add_argument("--kappas", type=float, nargs="+", default=[50.0, 100.0, 300.0])
     ap.add_argument("--horizons", type=int, nargs="+", default=[8, 32])
     ap.add_argument("--envs", type=int, default=64)
@@ -292,13 +373,14 @@ def main(argv=None) -> int:
     if a.add_pre_trigger is not None and (not a.out or not a.add_pre_trigger > 0):
         ap.error("--add-pre-trigger needs a height > 0 (m) and --out with the rows to complete")
     old = json.loads(Path(a.out).read_text())["rows"] if a.out and Path(a.out).is_file() else []
-    rows = []
+    key = lambda r: (r["mode"], r["kappa"], r["horizon"], r["envs"])  # noqa: E731
+    res = {"scenario": "landing from flight: h ~ U(0.10, 0.20) m, touch-down after U(0.01, 0.6 H dt) s", "rows": old}
     for H in a.horizons:
-        for mode in a.modes:
+        for mode in a.contacts:
             sc = Scenario(mode, H, a.envs, a.local, a.add_pre_trigger)
-            for kappa in (a.kappas if mode != "hard" else a.kappas[-1:]):  # hard ignores kappa
+            for kappa in (a.kappas if mode not in KAPPA_FREE else a.kappas[-1:]):
                 if a.add_pre_trigger is not None or a.add_local:
-                    have = [r for r in old if (r["mode"], r["kappa"], r["horizon"], r["envs"]) == (mode, kappa, H, a.envs)]
+                    have = [r for r in old if key(r) == (mode, kappa, H, a.envs)]
                     if not have:
                         print(f"no {mode} kappa {kappa:g} H {H} x {a.envs} row in {a.out}: skipped", flush=True)
                         continue
@@ -306,15 +388,10 @@ def main(argv=None) -> int:
                            else add_local(sc, kappa, have[0]))
                 else:
                     row = study(sc, kappa, a.seeds)
-                rows.append(row)
                 print(json.dumps(row), flush=True)
-    key = lambda r: (r["mode"], r["kappa"], r["horizon"], r["envs"])  # noqa: E731
-    new = {key(r) for r in rows}
-    res = {"scenario": "landing from flight: h ~ U(0.10, 0.20) m, touch-down after U(0.01, 0.6 H dt) s",
-           "rows": [r for r in old if key(r) not in new] + rows}
-    text = json.dumps(res, indent=1)
-    if a.out:
-        Path(a.out).write_text(text + "\n")
+                res["rows"] = [r for r in res["rows"] if key(r) != key(row)] + [row]
+                if a.out:  # after every row: a long study keeps what it measured
+                    Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
     print(render_gradients_touchdown_table(res))
     return 0
 

@@ -46,3 +46,57 @@ def test_flight_window_of_a_reference():
     assert flight_window(SimpleNamespace(name="m", ref_foot_height=feet)) == (4, 5)
     with pytest.raises(ValueError, match="no frame with both feet off"):
         flight_window(SimpleNamespace(name="m", ref_foot_height=np.zeros((10, 2))))
+
+
+def test_mean_and_se_by_hand():
+    from bench.gradients_touchdown import mean_and_se
+
+    g = np.zeros((4, 29))
+    g[:, 0] = [1.0, 3.0, 1.0, 3.0]  # mean 2, sample variance 4/3
+    mean, se = mean_and_se(g)
+    assert mean[0] == pytest.approx(2.0) and np.all(mean[1:] == 0)
+    assert se == pytest.approx(np.sqrt((4 / 3) / 4))
+
+
+def test_against_reference_by_hand():
+    from bench.gradients_touchdown import against_reference
+
+    ref = (np.array([3.0, 4.0] + [0.0] * 27), 0.3)  # |ref| = 5
+    est = (np.array([3.0, 4.0 + 1.0] + [0.0] * 27), 0.4)
+    out = against_reference(est, ref)
+    assert out["rel_diff_vs_plain"] == pytest.approx(0.2)
+    assert out["noise_rel"] == pytest.approx(0.5 / 5)  # hypot(0.3, 0.4) = 0.5
+    assert out["cos_vs_plain"] == pytest.approx((9 + 20) / (5 * np.hypot(3, 5)))
+
+
+def test_paired_ratio_interval_holds_an_exact_ratio():
+    from bench.gradients_touchdown import _boot_ratio
+
+    rng = np.random.default_rng(3)
+    b = rng.normal(size=(12, 29))
+    lo, hi = _boot_ratio(0.5 * b, b, batch_var)  # every resample has the ratio 0.25 exactly
+    assert lo == pytest.approx(0.25) and hi == pytest.approx(0.25)
+
+
+def test_contacts_and_shown_rows():
+    from bench.gradients_touchdown import (contact_label, env_config, kappa_label,
+                                           render_gradients_touchdown_table, shown_rows)
+
+    assert (env_config("penalty").contact, env_config("penalty").substeps) == ("sigmoid", 6)  # 300 Hz
+    assert env_config("mjx").contact == "mjx"
+    assert (env_config("mixed").contact, env_config("mixed").impulse_mode) == ("impulse", "mixed")
+    with pytest.raises(ValueError, match="one of soft, mixed, hard, mjx, penalty"):
+        env_config("spring")
+    est = {"seed_var": 1.0, "seed_var_ci90": [0.9, 1.1], "batch_var": 0.5, "batch_var_ci90": [0.4, 0.6],
+           "bundled": 0.5, "touchdown_step": 1.0, "rel_diff_vs_plain": 0.1}
+
+    def row(mode, envs, seeds, plain_var):
+        return {"mode": mode, "kappa": 300.0, "horizon": 8, "envs": envs, "seeds": seeds,
+                "plain": {**est, "seed_var": plain_var}, "bcg_seed": est, "bcg_ours": est}
+
+    rows = shown_rows({"rows": [row("mjx", 64, 12, 2.0), row("soft", 16, 6, 4.0), row("soft", 64, 12, 2.0)]})
+    assert [(r["mode"], r["envs"]) for r in rows] == [("soft", 64), ("mjx", 64)]  # the larger sample, contact order
+    assert contact_label(rows[0]) == "impulse soft" and contact_label(rows[1]) == "MJX"
+    assert kappa_label(rows[0]) == "300" and kappa_label(rows[1]) == "-"
+    table = render_gradients_touchdown_table({"rows": rows})
+    assert "| impulse soft | 300 | 8 | 64 x 12 |" in table and "| 0.50 (0.45-0.55) |" in table  # 1.0 / 2.0, CI over 2.0
