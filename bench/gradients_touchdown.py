@@ -389,9 +389,12 @@ def main(argv=None) -> int:
                 else:
                     row = study(sc, kappa, a.seeds)
                 print(json.dumps(row), flush=True)
-                res["rows"] = [r for r in res["rows"] if key(r) != key(row)] + [row]
-                if a.out:  # after every row: a long study keeps what it measured
+                if a.out:  # after every row, merged into the file as it is now (a study at another horizon may run beside)
+                    now = json.loads(Path(a.out).read_text())["rows"] if Path(a.out).is_file() else []
+                    res["rows"] = [r for r in now if key(r) != key(row)] + [row]
                     Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
+                else:
+                    res["rows"] = [r for r in res["rows"] if key(r) != key(row)] + [row]
     print(render_gradients_touchdown_table(res))
     return 0
 
