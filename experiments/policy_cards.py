@@ -33,16 +33,23 @@ def card_summary(ev: dict) -> dict:
 
 
 def write_card(motion: str, run_dir: Path, dest: Path) -> None:
-    from PIL import Image
-
     ev = json.loads((run_dir / "eval.json").read_text())
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "eval.json").write_text(json.dumps(card_summary(ev), indent=1, sort_keys=True) + "\n")
     strip = run_dir / "episode0_keyframes.png"
     if strip.is_file():
-        img = Image.open(strip)
-        small = img.convert("RGB").resize((img.width // 2, img.height // 2), Image.LANCZOS)
-        small.quantize(colors=256).save(dest / "keyframes.png", optimize=True)  # a palette png: ~3x smaller
+        small_strip(strip, dest / "keyframes.png")
+
+
+def small_strip(src: Path, dst: Path) -> Path:
+    """An eval's key-frame strip at half its size as a palette PNG (~3x smaller again), for the repository."""
+    from PIL import Image
+
+    img = Image.open(src)
+    small = img.convert("RGB").resize((img.width // 2, img.height // 2), Image.LANCZOS)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    small.quantize(colors=256).save(dst, optimize=True)
+    return dst
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,7 @@ states it. `render_tracking_table` renders the table of docs/experiments.md.
 from __future__ import annotations
 
 import argparse
+import json
 import datetime as dt
 import re
 from pathlib import Path
@@ -152,6 +153,19 @@ def render_tracking_table(results: dict) -> str:
     return "\n".join(rows)
 
 
+def docs_strips(results: dict) -> list[Path]:
+    """docs/tracking_<clip>_<policy>.png (the experiments page shows them): the key-frame strip, with the
+    reference's ghost, of each row's whole-clip run whose strip is on this machine."""
+    from experiments.policy_cards import small_strip
+
+    out = []
+    for key, row in results["rows"].items():
+        src = (row.get("whole_clip") or {}).get("video_keyframes")
+        if src and Path(src).is_file():
+            out.append(small_strip(Path(src), REPO / "docs" / f"tracking_{key.replace('/', '_')}.png"))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.tracking", description=__doc__.splitlines()[0])
     ap.add_argument("--clip", default="dance")
@@ -160,11 +174,19 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--artifact", type=Path, default=None,
                     help="--policy ours: an artifact folder other than policies/g1/<clip> (e.g. runs/policies/...)")
+    ap.add_argument("--docs-strips", action="store_true",
+                    help="only write docs/tracking_<clip>_<policy>.png from the key-frame strips of the rows' whole-clip "
+                         "runs on this machine (no evaluation)")
     args = ap.parse_args(argv)
+    if args.docs_strips:
+        for path in docs_strips(json.loads(RESULTS.read_text())):
+            print(path)
+        return 0
     if args.policy != "ours" and args.clip != "dance":
         ap.error("holosoma's graphs track the dance only (--clip dance)")
     row = measure(args.clip, args.policy, args.episodes, args.seed, args.artifact)
     results = save_row(RESULTS, f"{args.clip}/{args.policy}", row, __doc__)
+    docs_strips(results)
     print(render_tracking_table(results))
     print(RESULTS)
     return 0
