@@ -1,0 +1,33 @@
+"""The key-frame strips the repository keeps (policy cards, the tracking page): halved, palette PNGs, written from
+the runs that exist on this machine only."""
+import numpy as np
+from PIL import Image
+
+from experiments import tracking
+from experiments.policy_cards import small_strip
+
+
+def _strip(path, w=64, h=16):
+    rgb = np.zeros((h, w, 3), np.uint8)
+    rgb[:, : w // 2] = (255, 0, 0)
+    Image.fromarray(rgb).save(path)
+    return path
+
+
+def test_small_strip_halves_and_keeps_colours(tmp_path):
+    out = small_strip(_strip(tmp_path / "k.png"), tmp_path / "sub" / "small.png")
+    img = Image.open(out)
+    assert img.size == (32, 8) and img.mode == "P"
+    rgb = np.asarray(img.convert("RGB"))
+    assert tuple(rgb[4, 2]) == (255, 0, 0) and tuple(rgb[4, 30]) == (0, 0, 0)
+
+
+def test_docs_strips_only_for_rows_with_a_strip_here(tmp_path, monkeypatch):
+    monkeypatch.setattr(tracking, "REPO", tmp_path)
+    (tmp_path / "docs").mkdir()
+    src = _strip(tmp_path / "episode0_keyframes.png")
+    rows = {"dance/ours": {"whole_clip": {"video_keyframes": str(src)}},
+            "box_lift/ours": {"whole_clip": {"video_keyframes": str(tmp_path / "gone.png")}},
+            "dance/ppo": {"whole_clip": None}}
+    out = tracking.docs_strips({"rows": rows})
+    assert out == [tmp_path / "docs" / "tracking_dance_ours.png"] and out[0].is_file()
