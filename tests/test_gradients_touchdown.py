@@ -79,7 +79,7 @@ def test_paired_ratio_interval_holds_an_exact_ratio():
 
 
 def test_contacts_and_shown_rows():
-    from bench.gradients_touchdown import (contact_label, env_config, kappa_label,
+    from bench.gradients_touchdown import (contact_label, env_config, kappa_label, ratio_cell,
                                            render_gradients_touchdown_table, shown_rows)
 
     assert (env_config("penalty").contact, env_config("penalty").substeps) == ("sigmoid", 6)  # 300 Hz
@@ -100,3 +100,6 @@ def test_contacts_and_shown_rows():
     assert kappa_label(rows[0]) == "300" and kappa_label(rows[1]) == "-"
     table = render_gradients_touchdown_table({"rows": rows})
     assert "| impulse soft | 300 | 8 | 64 x 12 |" in table and "| 0.50 (0.45-0.55) |" in table  # 1.0 / 2.0, CI over 2.0
+    assert ratio_cell({"batch_var": 1.0}, est, "batch_var") == "0.50"  # no paired interval: the ratio alone
+    paired = {**est, "ratio_seed_var_ci90": [0.4, 0.6]}
+    assert ratio_cell({"seed_var": 2.0}, paired, "seed_var") == "0.50 (0.40-0.60)"
