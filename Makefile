@@ -132,7 +132,8 @@ step-jacobians: setup
 	$(PY) -m bench.step_jacobians --horizon 32 --envs 4 --out results/step_jacobians.json $(ARGS)
 
 # results/gradients_touchdown.json (docs "Experiments"): plain vs BCG gradients across touch-down on the
-# impulse contact (landing from flight, 64 envs x 12 seeds per setting; hours on this CPU: narrow it with ARGS)
+# impulse contact's modes, MJX's contact and the penalty spring (landing from flight, 64 envs x 12 seeds per
+# setting; hours on this CPU: narrow it with ARGS, e.g. ARGS="--contacts mjx --horizons 32 --local 0")
 gradients-touchdown: setup
 	$(PY) -m bench.gradients_touchdown --out results/gradients_touchdown.json $(ARGS)
 
