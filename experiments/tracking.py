@@ -79,15 +79,18 @@ def our_training(folder: Path) -> dict:
         envs, steps = cfg["shac"]["num_envs"], cfg["shac"]["horizon"]
     it = int(prov["iterations"])
     wall = prov.get("wall_time_s")
-    terms = {}
+    terms, ends = {}, {}
     if (run / "metrics.csv").is_file():  # the tracking reward's terms over the last 100 iterations (per env-step)
         import csv
 
-        rows = list(csv.DictReader(open(run / "metrics.csv")))[-100:]
-        terms = {k[len("r_track_"):]: round(sum(float(r[k]) for r in rows) / len(rows), 4)
-                 for k in rows[0] if k.startswith("r_track_")} if rows else {}
+        rows = list(csv.DictReader(open(run / "metrics.csv")))
+        last = rows[-100:]
+        terms = {k[len("r_track_"):]: round(sum(float(r[k]) for r in last) / len(last), 4)
+                 for k in last[0] if k.startswith("r_track_")} if last else {}
+        ends = termination_trend(rows)
     return {"samples": it * envs * steps if envs and steps else None,
             "wall_min": round(wall / 60, 1) if wall else None, "reward_terms_last100": terms,
+            "terminations_per_step": ends,
             "label": f"ours ({prov['algorithm']}, {prov.get('contact', '?')} contact)",
             "note": f"{prov['algorithm']}, {prov.get('contact', '?')} contact, {it} iterations"
                     + (f" x {envs} envs x {steps} steps" if envs and steps else "") + f", run {prov.get('run')}"}
@@ -153,6 +156,28 @@ def render_tracking_table(results: dict) -> str:
     return "\n".join(rows)
 
 
+def termination_trend(rows: list[dict], n: int = 100) -> dict:
+    """The training's episode terminations per env-step (metrics.csv's done_frac) over its first and last n
+    iterations and the mean episode that rate implies (1 / rate, control steps): whether more of the same
+    training would carry a policy through the clip."""
+    if len(rows) < 2 * n:
+        return {}
+    first, last = (sum(float(r["done_frac"]) for r in part) / n for part in (rows[:n], rows[-n:]))
+    return {"first": round(first, 5), "last": round(last, 5), "iterations": len(rows),
+            "steps_per_termination_last": round(1.0 / last, 1) if last > 0 else None}
+
+
+def refresh_training(results: dict) -> dict:
+    """Each of our rows' training facts recomputed from its artifact and run (no evaluation)."""
+    for row in results["rows"].values():
+        src = REPO / row["source"]
+        if row["policy"].startswith("ours") and (src / "policy.yaml").is_file():
+            t = our_training(src)
+            t.pop("label")
+            row["training"] = t
+    return results
+
+
 def docs_strips(results: dict) -> list[Path]:
     """docs/tracking_<clip>_<policy>.png (the experiments page shows them): the key-frame strip, with the
     reference's ghost, of each row's whole-clip run whose strip is on this machine."""
@@ -177,7 +202,13 @@ def main(argv=None) -> int:
     ap.add_argument("--docs-strips", action="store_true",
                     help="only write docs/tracking_<clip>_<policy>.png from the key-frame strips of the rows' whole-clip "
                          "runs on this machine (no evaluation)")
+    ap.add_argument("--refresh-training", action="store_true",
+                    help="only recompute our rows' training facts (samples, reward terms, terminations) from their runs")
     args = ap.parse_args(argv)
+    if args.refresh_training:
+        RESULTS.write_text(json.dumps(refresh_training(json.loads(RESULTS.read_text())), indent=2) + "\n")
+        print(render_tracking_table(json.loads(RESULTS.read_text())))
+        return 0
     if args.docs_strips:
         for path in docs_strips(json.loads(RESULTS.read_text())):
             print(path)

@@ -1,5 +1,5 @@
-"""The key-frame strips the repository keeps (policy cards, the tracking page): halved, palette PNGs, written from
-the runs that exist on this machine only."""
+"""The key-frame strips the repository keeps (policy cards, the tracking page), written from the runs that exist
+on this machine only; the tracking rows' training facts read from their runs."""
 import numpy as np
 from PIL import Image
 
@@ -31,3 +31,10 @@ def test_docs_strips_only_for_rows_with_a_strip_here(tmp_path, monkeypatch):
             "dance/ppo": {"whole_clip": None}}
     out = tracking.docs_strips({"rows": rows})
     assert out == [tmp_path / "docs" / "tracking_dance_ours.png"] and out[0].is_file()
+
+
+def test_termination_trend_by_hand():
+    rows = [{"done_frac": "0.04"}] * 100 + [{"done_frac": "0.03"}] * 50 + [{"done_frac": "0.02"}] * 100
+    out = tracking.termination_trend(rows)
+    assert out == {"first": 0.04, "last": 0.02, "iterations": 250, "steps_per_termination_last": 50.0}
+    assert tracking.termination_trend(rows[:150]) == {}  # first and last 100 would overlap
