@@ -277,6 +277,10 @@ def _pre_cell(row: dict) -> str:
     return f"{ratio_cell(row['plain'], pre, 'seed_var')[:-1]}; {pre['bundled']:.2f}, {100 * pre['trigger_height_m']:g} cm)"
 
 
+def _from(row: dict) -> str:
+    return f" [{row['extras_from']}]" if "extras_from" in row else ""
+
+
 def _local_cell(loc: dict | None) -> str:
     return "-" if not loc else f"{loc['local_share']:.3f} ({loc['bound_seed_var']:.2f})"
 
@@ -312,13 +316,22 @@ def bias_cell(est: dict) -> str:
 
 
 def shown_rows(results: dict) -> list[dict]:
-    """One row per (contact, kappa, horizon): the one with the most samples (envs x seeds), in contact order."""
+    """One row per (contact, kappa, horizon): the one with the most samples (envs x seeds), in contact order. The
+    local and pre-trigger measures, where only a smaller sample of the setting has them, come from that one
+    (`extras_from` names its envs x seeds)."""
     best: dict = {}
     for r in results["rows"]:
         k = (r["mode"], r["kappa"], r["horizon"])
         if k not in best or r["envs"] * r["seeds"] > best[k]["envs"] * best[k]["seeds"]:
             best[k] = r
-    return sorted(best.values(), key=lambda r: (r["horizon"], CONTACTS.index(r["mode"]), -r["kappa"]))
+    out = []
+    for k, r in best.items():
+        for o in results["rows"]:
+            extra = {m: o[m] for m in ("local", "bcg_seed_pre") if m in o and m not in r}
+            if (o["mode"], o["kappa"], o["horizon"]) == k and o is not r and extra:
+                r = {**r, **extra, "extras_from": f"{o['envs']} x {o['seeds']}"}
+        out.append(r)
+    return sorted(out, key=lambda r: (r["horizon"], CONTACTS.index(r["mode"]), -r["kappa"]))
 
 
 def render_gradients_touchdown_headline(results: dict) -> str:
@@ -350,7 +363,7 @@ def render_gradients_touchdown_table(results: dict) -> str:
             f"| {contact_label(r)} | {kappa_label(r)} | {r['horizon']} | {r['envs']} x {r['seeds']} "
             f"| {p['touchdown_step']:.1f} | {p['seed_var']:.3g} ({se}) | {ratio_cell(p, s, 'seed_var')} "
             f"| {ratio_cell(p, s, 'batch_var')} | {ratio_cell(p, o, 'batch_var')} | {s['bundled']:.2f} / {o['bundled']:.2f} "
-            f"| {bias_cell(s)} | {_local_cell(r.get('local'))} | {_pre_cell(r)} |")
+            f"| {bias_cell(s)} | {_local_cell(r.get('local'))}{_from(r)} | {_pre_cell(r)}{_from(r)} |")
     return "\n".join(lines)
 
 

@@ -103,3 +103,16 @@ def test_contacts_and_shown_rows():
     assert ratio_cell({"batch_var": 1.0}, est, "batch_var") == "0.50"  # no paired interval: the ratio alone
     paired = {**est, "ratio_seed_var_ci90": [0.4, 0.6]}
     assert ratio_cell({"seed_var": 2.0}, paired, "seed_var") == "0.50 (0.40-0.60)"
+
+
+def test_a_larger_sample_keeps_the_smaller_ones_local_measure():
+    from bench.gradients_touchdown import render_gradients_touchdown_table, shown_rows
+
+    est = {"seed_var": 1.0, "seed_var_ci90": [0.9, 1.1], "batch_var": 0.5, "batch_var_ci90": [0.4, 0.6],
+           "bundled": 0.5, "touchdown_step": 1.0, "rel_diff_vs_plain": 0.1}
+    base = {"mode": "hard", "kappa": 300.0, "horizon": 8, "plain": est, "bcg_seed": est, "bcg_ours": est}
+    small = {**base, "envs": 16, "seeds": 6, "local": {"local_share": 0.5, "bound_seed_var": 0.56}}
+    big = {**base, "envs": 64, "seeds": 12}
+    (row,) = shown_rows({"rows": [small, big]})
+    assert row["envs"] == 64 and row["local"] == small["local"] and row["extras_from"] == "16 x 6"
+    assert "| 0.500 (0.56) [16 x 6] |" in render_gradients_touchdown_table({"rows": [small, big]})
