@@ -27,7 +27,7 @@ DEPLOY_VENV := .venv-deploy
 VENV ?= $(if $(and $(wildcard $(DEPLOY_VENV)/.installed),$(if $(wildcard $(STAMP)),,yes)),$(DEPLOY_VENV),.venv)
 PYTHON ?= python3
 
-.PHONY: setup setup-deploy lint-imports test test-fast test-slow docs docs-tables gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table estimator-accuracy landing-search forward-jump-search forward-jump-far toe-jump-search contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast link-faults gradients-touchdown gradients-jump impulse-training tracking-policies tracking eval-inputs
+.PHONY: setup setup-deploy lint-imports test test-fast test-slow docs docs-tables gradients-sigmoid gradients-sigmoid-h8 step-jacobians stiffness-transfer calibration-loop motion-table estimator-accuracy landing-search forward-jump-search forward-jump-far toe-jump-search contact-figure bridge-creep train export eval sim deploy soak calibrate bench clean lo-multicast link-faults gradients-touchdown bundle-drift gradients-jump impulse-training tracking-policies tracking eval-inputs
 
 setup: $(STAMP)
 
@@ -136,6 +136,10 @@ step-jacobians: setup
 # setting; hours on this CPU: narrow it with ARGS, e.g. ARGS="--contacts mjx --horizons 32 --local 0")
 gradients-touchdown: setup
 	$(PY) -m bench.gradients_touchdown --out results/gradients_touchdown.json $(ARGS)
+
+# results/bundle_drift.json (docs "Experiments"): how far the seed's bundle moves the rollout it differentiates
+bundle-drift: setup
+	$(PY) -m bench.bundle_drift --out results/bundle_drift.json $(ARGS)
 
 # results/gradients_jump.json (docs "Experiments"): a jump training's actor gradient over the whole jump, plain vs the
 # seed's bundle, e.g. CHECKPOINT=runs/jump/<stamp>/checkpoints/latest.npz NAME=trained ARGS="--modes hard soft --horizon 16"

@@ -58,6 +58,7 @@ TABLES: dict[str, Table] = {
     "tracking": Table("experiments.tracking:render_tracking_table", ("results/tracking.json",)),
     "link_faults": Table("experiments.link_faults:render_link_faults_table", ("results/link_faults.json",)),
     "cpu_quota": Table("bench.cpu_quota:render_cpu_quota_table", ("results/cpu_quota.json",)),
+    "bundle_drift": Table("bench.bundle_drift:render_bundle_drift_table", ("results/bundle_drift.json",)),
     "gradients_touchdown": Table("bench.gradients_touchdown:render_gradients_touchdown_table",
                                  ("results/gradients_touchdown.json",)),
     "gradients_touchdown_headline": Table("bench.gradients_touchdown:render_gradients_touchdown_headline",

@@ -116,3 +116,13 @@ def test_a_larger_sample_keeps_the_smaller_ones_local_measure():
     (row,) = shown_rows({"rows": [small, big]})
     assert row["envs"] == 64 and row["local"] == small["local"] and row["extras_from"] == "16 x 6"
     assert "| 0.500 (0.56) [16 x 6] |" in render_gradients_touchdown_table({"rows": [small, big]})
+
+
+def test_bundle_drift_table_by_hand():
+    from bench.bundle_drift import render_bundle_drift_table
+
+    row = {"mode": "soft", "kappa": 300.0, "horizon": 32, "envs": 32, "seeds": 4, "bundled": 0.72,
+           "obs_deviation_mean": {"1": 0.0, "32": 1.25}, "return_difference_std": 0.5}
+    table = render_bundle_drift_table({"rows": [row, {**row, "mode": "mjx"}]})
+    assert "| impulse soft | 300 | 32 | 32 x 4 | 0.72 | 0 | 1.25 | 0.5 |" in table
+    assert "| MJX | - | 32 |" in table and table.count("\n") == 3
