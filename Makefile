@@ -133,7 +133,8 @@ step-jacobians: setup
 
 # results/gradients_touchdown.json (docs "Experiments"): plain vs BCG gradients across touch-down on the
 # impulse contact's modes, MJX's contact and the penalty spring (landing from flight, 64 envs x 12 seeds per
-# setting; hours on this CPU: narrow it with ARGS, e.g. ARGS="--contacts mjx --horizons 32 --local 0")
+# setting; hours on this CPU: narrow it with ARGS, e.g. ARGS="--contacts mjx --horizons 32 --local 0"). The impulse
+# modes at 32 steps hold ~19 GB for 64 envs: on a 24 GB machine use ARGS="--contacts soft --horizons 32 --envs 32 --seeds 24"
 gradients-touchdown: setup
 	$(PY) -m bench.gradients_touchdown --out results/gradients_touchdown.json $(ARGS)
 
