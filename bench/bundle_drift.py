@@ -19,7 +19,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from bench.gradients_touchdown import CONTACTS, Scenario
+from bench.gradients_touchdown import CONTACTS, Scenario, contact_label, kappa_label
 from train.rollout import rollout
 
 
@@ -48,11 +48,9 @@ def render_bundle_drift_table(results: dict) -> str:
     steps = list(results["rows"][0]["obs_deviation_mean"]) if results["rows"] else []
     lines = ["| contact | kappa | H | envs x seeds | env-steps bundled | " + " | ".join(f"obs deviation, step {t}" for t in steps)
              + " | std of the return's difference |", "|---" * (6 + len(steps)) + "|"]
-    label = {"mjx": "MJX", "penalty": "penalty"}
     for r in results["rows"]:
         dev = " | ".join(f"{r['obs_deviation_mean'][t]:.3g}" for t in steps)
-        kappa = "-" if r["mode"] in ("hard", "mjx") else f"{r['kappa']:g}"
-        lines.append(f"| {label.get(r['mode'], 'impulse ' + r['mode'])} | {kappa} | {r['horizon']} | {r['envs']} x {r['seeds']} "
+        lines.append(f"| {contact_label(r)} | {kappa_label(r)} | {r['horizon']} | {r['envs']} x {r['seeds']} "
                      f"| {r['bundled']:.2f} | {dev} | {r['return_difference_std']:.3g} |")
     return "\n".join(lines)
 

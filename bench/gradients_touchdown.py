@@ -154,12 +154,10 @@ def _boot(values: np.ndarray, stat, n: int = 2000, rng=np.random.default_rng(0))
     return [float(np.quantile(s, 0.05)), float(np.quantile(s, 0.95))]
 
 
-def _boot_ratio(a: np.ndarray, b: np.ndarray, stat, n: int = 2000, rng=np.random.default_rng(0)) -> list[float]:
+def _boot_ratio(a: np.ndarray, b: np.ndarray, stat) -> list[float]:
     """90 % bootstrap interval of stat(a) / stat(b) with the first axis resampled jointly (paired samples: the
     same seeds)."""
-    idx = rng.integers(0, len(a), size=(n, len(a)))
-    s = np.array([stat(a[i]) / stat(b[i]) for i in idx])
-    return [float(np.quantile(s, 0.05)), float(np.quantile(s, 0.95))]
+    return _boot(np.stack([a, b], axis=1), lambda x: stat(x[:, 0]) / stat(x[:, 1]))
 
 
 def batch_var(g: np.ndarray) -> float:

@@ -18,8 +18,8 @@ states it. `render_tracking_table` renders the table of docs/experiments.md.
 from __future__ import annotations
 
 import argparse
-import json
 import datetime as dt
+import json
 import re
 from pathlib import Path
 
@@ -206,8 +206,9 @@ def main(argv=None) -> int:
                     help="only recompute our rows' training facts (samples, reward terms, terminations) from their runs")
     args = ap.parse_args(argv)
     if args.refresh_training:
-        RESULTS.write_text(json.dumps(refresh_training(json.loads(RESULTS.read_text())), indent=2) + "\n")
-        print(render_tracking_table(json.loads(RESULTS.read_text())))
+        results = refresh_training(json.loads(RESULTS.read_text()))
+        RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+        print(render_tracking_table(results))
         return 0
     if args.docs_strips:
         for path in docs_strips(json.loads(RESULTS.read_text())):
