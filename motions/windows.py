@@ -11,6 +11,10 @@ of order 1 for a dancing G1). A window's score is the mean of a_k over its frame
 more than `max_tilt_deg` in any frame are excluded: the deploy loop's safety monitor trips at
 safety.limits.TILT_LIMIT (0.8 rad, 45.8 deg), and MAX_TILT_DEG = 40 deg leaves 5.8 deg for tracking error.
 
+With `max_torque_ratio`, a window must also keep the torque that its own motion needs at the waist and arms
+(motions.torques: inverse dynamics, exact whatever the floor does) within that fraction of the motors' limits in
+every frame: a policy cannot track a window the motors cannot move.
+
 Velocities are the file's `joint_vel` when it has one (root linear + angular velocity, then the joints, as
 BeyondMimic writes them), else central differences of `joint_pos`.
 """
@@ -110,6 +114,9 @@ class Window:
     clip_best_score: float  # the best score over all windows, tilt ignored
     tilt_bound_deg: float  # the bound the window was chosen under
     parts: tuple[float, float, float]  # the window's mean joint-velocity RMS, pelvis speed, pelvis angular speed
+    torque_bound: float | None = None  # the upper-body torque / limit bound it was chosen under (None: none)
+    max_torque_ratio: float | None = None  # the window's largest upper-body torque / limit (with a bound)
+    excluded_by_torque: int = 0  # windows the tilt bound allows and the torque bound excludes
 
     @property
     def start_s(self) -> float:
@@ -128,13 +135,31 @@ class Window:
                 "windows_allowed": self.candidates, "windows_excluded_by_tilt": self.excluded,
                 "joint_vel_rms_mean": round(self.parts[0], 4), "pelvis_speed_mean": round(self.parts[1], 4),
                 "pelvis_ang_speed_mean": round(self.parts[2], 4),
-                "best_score_ignoring_tilt": round(self.clip_best_score, 4), "clip_frames": self.clip_frames}
+                "best_score_ignoring_tilt": round(self.clip_best_score, 4), "clip_frames": self.clip_frames,
+                **({} if self.torque_bound is None else {
+                    "upper_torque_bound": self.torque_bound, "max_upper_torque_ratio": round(self.max_torque_ratio, 4),
+                    "windows_excluded_by_torque": self.excluded_by_torque})}
 
 
-def best_window(arrays: dict, seconds: float, max_tilt_deg: float = MAX_TILT_DEG) -> Window:
+def torque_ratio(arrays: dict) -> np.ndarray:
+    """(T,) per frame: the largest |torque| / limit over the waist and arm joints that the clip's motion needs
+    (motions.torques), the clip imported at its own rate."""
+    from motions.clip_files import RawClip
+    from motions.clips import clip_to_motion
+    from motions.torques import UPPER, upper_body_torque
+
+    jp, fps = np.asarray(arrays["joint_pos"], float), float(arrays["fps"])
+    m = clip_to_motion(RawClip(Path("<clip>"), fps, jp[:, :3], jp[:, 3:7], jp[:, ROOT_COLS:], "by name"), 1.0 / fps)
+    if m.num_steps != len(jp):
+        raise MotionError(f"the clip imported at its own rate has {m.num_steps} frames, not {len(jp)}")
+    return (np.abs(upper_body_torque(m)) / g1.TORQUE_LIMIT[UPPER]).max(axis=1)
+
+
+def best_window(arrays: dict, seconds: float, max_tilt_deg: float = MAX_TILT_DEG,
+                max_torque_ratio: float | None = None) -> Window:
     """The window of `seconds` (every start frame tried) with the highest mean activity among those whose
-    pelvis tilt stays <= max_tilt_deg; the earliest on a tie. MotionError when the clip is shorter or no
-    window passes the tilt bound."""
+    pelvis tilt stays <= max_tilt_deg (and, with max_torque_ratio, whose upper-body torque / limit stays <= it);
+    the earliest on a tie. MotionError when the clip is shorter or no window passes the bounds."""
     fps = float(arrays["fps"])
     n = int(round(seconds * fps)) + 1
     T = arrays["joint_pos"].shape[0]
@@ -149,11 +174,24 @@ def best_window(arrays: dict, seconds: float, max_tilt_deg: float = MAX_TILT_DEG
     if not ok.any():
         raise MotionError(f"every {seconds} s window tilts the pelvis beyond {max_tilt_deg} deg "
                           f"(least: {wtilt.min():.1f} deg)")
+    torque = {}
+    if max_torque_ratio is not None:
+        wtau = np.lib.stride_tricks.sliding_window_view(torque_ratio(arrays), n).max(axis=1)
+        ok_tau = ok & (wtau <= max_torque_ratio)
+        if not ok_tau.any():
+            raise MotionError(f"no {seconds} s window within {max_tilt_deg} deg of tilt keeps the waist and arm "
+                              f"torques <= {max_torque_ratio} x their limits (least: {wtau[ok].min():.2f})")
+        torque = {"excluded_by_torque": int((ok & ~ok_tau).sum()), "torque_bound": float(max_torque_ratio)}
+    tilted = int((~ok).sum())
+    if torque:
+        ok = ok_tau
     k = int(np.argmax(np.where(ok, score, -np.inf)))
+    if torque:
+        torque["max_torque_ratio"] = float(wtau[k])
     return Window(start=k, frames=n, fps=fps, score=float(score[k]), max_tilt_deg=float(wtilt[k]),
-                  candidates=int(ok.sum()), excluded=int((~ok).sum()), clip_frames=T,
+                  candidates=int(ok.sum()), excluded=tilted, clip_frames=T,
                   clip_best_score=float(score.max()), tilt_bound_deg=float(max_tilt_deg),
-                  parts=tuple(float(x) for x in activity_parts(arrays["joint_vel"][k:k + n]).mean(axis=0)))
+                  parts=tuple(float(x) for x in activity_parts(arrays["joint_vel"][k:k + n]).mean(axis=0)), **torque)
 
 
 def cut(arrays: dict, start: int, frames: int) -> dict:
@@ -225,5 +263,5 @@ def write_clip_arrays(path, arrays: dict, note: dict | None = None) -> Path:
 
 
 __all__ = ["MAX_TILT_DEG", "Window", "activity", "activity_parts", "best_window", "cut", "lead_in", "lead_out", "read_clip_arrays",
-           "velocities",
+           "torque_ratio", "velocities",
            "write_clip_arrays"]

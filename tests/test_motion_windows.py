@@ -53,6 +53,27 @@ def test_best_window_is_the_most_active_one_the_tilt_bound_allows():
     assert W.MAX_TILT_DEG < math.degrees(__import__("safety.limits", fromlist=["TILT_LIMIT"]).TILT_LIMIT)
 
 
+def test_the_torque_bound_excludes_a_window_the_arms_cannot_move():
+    """A shoulder swung 1 rad at 8 Hz needs ~1 rad * (2 pi 8 Hz)^2 = 2500 rad/s^2 of the arm: hundreds of N m
+    against a 25 N m limit; a smooth 1 Hz raise and lower of 0.5 rad needs ~20 rad/s^2 and the arm's weight. The fast window is the
+    more active one, so it wins without the bound and loses with it."""
+    a = _still(501)
+    t = np.arange(501) / FPS
+    sh = g1.JOINT_NAMES.index("left_shoulder_pitch_joint")
+    fast, slow = slice(100, 151), slice(300, 351)
+    a["joint_pos"][fast, 7 + sh] += np.sin(2 * np.pi * 8.0 * (t[fast] - t[100]))
+    a["joint_pos"][slow, 7 + sh] += 0.25 * (1 - np.cos(2 * np.pi * (t[slow] - t[300])))
+    a["joint_vel"] = W.velocities(a["joint_pos"], FPS)
+    tau = W.torque_ratio(a)
+    assert tau[fast].max() > 3.0 and tau[slow].max() < 0.5 and tau.shape == (501,)
+    assert W.best_window(a, seconds=1.0).start == 100
+    w = W.best_window(a, seconds=1.0, max_torque_ratio=1.0)
+    assert 250 <= w.start <= 300 and w.max_torque_ratio < 0.5 and w.torque_bound == 1.0
+    assert w.excluded_by_torque > 0 and w.record()["windows_excluded_by_torque"] == w.excluded_by_torque
+    with pytest.raises(M.MotionError, match="torques"):
+        W.best_window(a, seconds=1.0, max_torque_ratio=1e-3)
+
+
 def test_cut_write_and_read_back(tmp_path):
     a = _still(200)
     a["joint_pos"][:, 0] = np.arange(200) * 0.01
@@ -120,7 +141,7 @@ def test_dance_source_file():
     assert src.package == "holosoma-inference==0.1.3" and src.member.endswith("ppo_g1_29dof_dancing.onnx")
     assert src.window.frames == 751  # 15 s at 50 Hz, both ends included
     assert src.selection["seconds"] == 15.0 and src.selection["max_pelvis_tilt_deg"] <= W.MAX_TILT_DEG
-    assert {"dance", "box_lift"} <= set(M.available_motions())
+    assert {"dance", "dance_in_limits", "box_lift"} <= set(M.available_motions())
 
 
 def test_source_file_errors_name_the_file(tmp_path):
@@ -148,3 +169,23 @@ def test_dance_is_the_most_active_15_s_of_the_ppo_clip():
     assert (w.start, w.frames) == (src.window.start_frame, src.window.frames)
     assert w.score == pytest.approx(src.selection["score"], abs=1e-4) and w.clip_frames == 6574
     assert "chosen by" in m.description
+
+
+@pytest.mark.network
+def test_dance_in_limits_is_the_most_active_15_s_within_the_torque_limits():
+    """The third tracking clip: the window motions.windows picks on the same dance with the waist and arm torques
+    bounded by the motors' limits; its preview's inverse dynamics stays within them, the dance's does not."""
+    from motions.torques import upper_torque_ratio
+
+    try:
+        m = M.load_motion("dance_in_limits")
+    except M.MotionError as e:
+        if "cannot be downloaded" in str(e):
+            pytest.skip(str(e))
+        raise
+    src = S.read_source(M.MOTIONS_DIR / "dance_in_limits.source.yaml")
+    full = sorted((S.CACHE / "full").glob("holosoma-inference-0.1.3-ppo_g1_29dof_dancing.npz"))
+    w = W.best_window(W.read_clip_arrays(full[0]), 15.0, max_torque_ratio=src.selection["upper_torque_bound"])
+    assert (w.start, w.frames) == (src.window.start_frame, src.window.frames) and m.duration == pytest.approx(19.0)
+    assert w.max_torque_ratio == pytest.approx(src.selection["max_upper_torque_ratio"], abs=1e-3)
+    assert upper_torque_ratio(m)["peak"] <= 1.0 < upper_torque_ratio(M.load_motion("dance"))["peak"]
