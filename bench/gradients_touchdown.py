@@ -11,7 +11,10 @@ every env's own gradient g_i; the batch gradient is their mean.
 
 Estimators: plain (jax.grad through the rollout), bcg_seed (the seed's bundle: BCGConfig.seed_settings,
 every env in contact bundled, 8 branches, one control step, any impulse triggers), bcg_ours (the cpu
-preset's: B = 4, H = 2, 4 slots, 400 N per sphere).
+preset's: B = 4, H = 2, 4 slots, 400 N per sphere). Variants of the seed's bundle, added beside a row already
+measured (`--add-pre-trigger`, `--add-held`; plain recomputed on the same seeds): bcg_seed_pre opens a bundle
+on a foot near the floor too; bcg_seed_held keeps the plain rollout's values and takes the bundle's gradient
+(BCGConfig.hold_nominal): the bundle's averaging without the drift of its rollout from plain's (bench.bundle_drift).
 Measures per (contact mode, kappa, horizon, estimator), over `seeds` batches of N envs:
 - seed_var: the seed's measure, sum over components of the per-env sample variance of g_i (mean over
   seeds, with its bootstrap 90 % interval over seeds);
@@ -55,6 +58,7 @@ from train.rollout import rollout
 
 ACTION_STD = 0.1
 ESTIMATORS = ("plain", "bcg_seed", "bcg_ours")
+VARIANTS = ("bcg_seed_pre", "bcg_seed_held")  # the seed's bundle's variants, added beside rows (add_variant)
 IMPULSE_MODES = ("soft", "mixed", "hard")
 # a row's contact: an impulse mode, MJX's constraint contact or the penalty spring (EnvConfig.contact "sigmoid")
 CONTACTS = IMPULSE_MODES + ("mjx", "penalty")
@@ -76,7 +80,8 @@ class Scenario:
     slot budget), so they run as a vmap over single-env rollouts and yield per-env gradients; bcg_ours's
     slot budget couples the envs of a batch, so it yields the batch gradient only."""
 
-    def __init__(self, mode: str, horizon: int, num_envs: int, local: int = 0, pre_trigger: float | None = None):
+    def __init__(self, mode: str, horizon: int, num_envs: int, local: int = 0, pre_trigger: float | None = None,
+                 held: bool = False):
         self.N, self.H, self.mode, self.M = num_envs, horizon, mode, local
         self.env = env = G1Env(env_config(mode), hold_pose_motion(horizon + 8, "hold"))
         self.bcg = {"plain": None, "bcg_seed": BCGConfig.seed_settings(1, env.cfg.physics_dt),
@@ -124,7 +129,9 @@ class Scenario:
         self.per_env = {"plain": per_env(None), "bcg_seed": per_env(self.bcg["bcg_seed"])}
         if pre_trigger is not None:  # the seed's bundle, also opened by a foot within pre_trigger m of the floor
             self.bcg["bcg_seed_pre"] = self.bcg["bcg_seed"].replace(trigger_height=pre_trigger)
-            self.pre = per_env(self.bcg["bcg_seed_pre"])
+        if held:  # the seed's bundle's gradient on the plain forward pass: its averaging without its drift
+            self.bcg["bcg_seed_held"] = self.bcg["bcg_seed"].replace(hold_nominal=True)
+        self.variants = {k: per_env(self.bcg[k]) for k in VARIANTS if k in self.bcg}
         self.batch = {"bcg_ours": jax.jit(jax.grad(lambda th, key, kp: ret(th, key, num_envs, kp, self.bcg["bcg_ours"]),
                                                    has_aux=True))}
         self.local = jax.jit(jax.vmap(local_grads, in_axes=(None, 0, None))) if local > 1 else None
@@ -190,24 +197,30 @@ def add_local(sc: Scenario, kappa: float, row: dict) -> dict:
     return {**row, "local": local_summary(local, seed_var)}
 
 
-def add_pre_trigger(sc: Scenario, kappa: float, row: dict) -> dict:
-    """The seed's bundle with a pre-contact trigger (BCGConfig.trigger_height) beside a row already measured, on
-    the same seeds: its seed variance and batch variance, and their ratios to the row's plain."""
-    per, G, bundled = [], [], []
+def add_variant(sc: Scenario, kappa: float, row: dict, name: str) -> dict:
+    """A variant of the seed's bundle (`name`: bcg_seed_pre, the pre-contact trigger; bcg_seed_held, the nominal
+    held) beside a row already measured, on the same seeds. plain is recomputed (its seed_var must equal the row's:
+    the bench is deterministic at a seed) for paired ratio intervals and the bias against the reference."""
+    plain, var, bundled = [], [], []
     for sd in range(row["seeds"]):
         keys = jax.random.split(jax.random.PRNGKey(1000 + sd), sc.N)
-        g, (b, _) = jax.block_until_ready(sc.pre(sc.theta, keys, kappa))
-        g = np.asarray(g)
-        per.append(g.var(0, ddof=1).sum())
-        G.append(g.mean(0))
+        plain.append(np.asarray(jax.block_until_ready(sc.per_env["plain"](sc.theta, keys, kappa))[0]))
+        g, (b, _) = jax.block_until_ready(sc.variants[name](sc.theta, keys, kappa))
+        var.append(np.asarray(g))
         bundled.append(float(np.mean(b)))
-    sv, G = np.array(per), np.stack(G)
-    r = {"trigger_height_m": sc.bcg["bcg_seed_pre"].trigger_height, "seed_var": float(sv.mean()),
-         "seed_var_ci90": _boot(sv, np.mean), "batch_var": batch_var(G), "batch_var_ci90": _boot(G, batch_var),
-         "bundled": float(np.mean(bundled))}
-    r["ratio_seed_var"] = r["seed_var"] / row["plain"]["seed_var"]
-    r["ratio_batch_var"] = r["batch_var"] / row["plain"]["batch_var"]
-    return {**row, "bcg_seed_pre": r}
+    sv_p, sv = (np.array([g.var(0, ddof=1).sum() for g in x]) for x in (plain, var))
+    if not np.isclose(sv_p.mean(), row["plain"]["seed_var"], rtol=1e-3):
+        raise RuntimeError(f"{row['mode']} kappa {kappa} H {row['horizon']}: plain seed_var {sv_p.mean():.6g} recomputed, "
+                           f"{row['plain']['seed_var']:.6g} stored: the row was measured with other code or settings")
+    G_p, G = (np.stack([g.mean(0) for g in x]) for x in (plain, var))
+    r = {"seed_var": float(sv.mean()), "seed_var_ci90": _boot(sv, np.mean), "batch_var": batch_var(G),
+         "batch_var_ci90": _boot(G, batch_var), "bundled": float(np.mean(bundled)),
+         "ratio_seed_var": float(sv.mean() / sv_p.mean()), "ratio_seed_var_ci90": _boot_ratio(sv, sv_p, np.mean),
+         "ratio_batch_var": batch_var(G) / batch_var(G_p), "ratio_batch_var_ci90": _boot_ratio(G, G_p, batch_var),
+         **against_reference(mean_and_se(np.concatenate(var)), mean_and_se(np.concatenate(plain)))}
+    if name == "bcg_seed_pre":
+        r["trigger_height_m"] = sc.bcg[name].trigger_height
+    return {**row, name: r}
 
 
 def study(sc: Scenario, kappa: float, seeds: int) -> dict:
@@ -275,6 +288,14 @@ def _pre_cell(row: dict) -> str:
     return f"{ratio_cell(row['plain'], pre, 'seed_var')[:-1]}; {pre['bundled']:.2f}, {100 * pre['trigger_height_m']:g} cm)"
 
 
+def _held_cell(row: dict) -> str:
+    """The seed's bundle with the nominal held / plain: seed variance, batch variance (paired 90 % CIs); bias."""
+    h = row.get("bcg_seed_held")
+    if not h:
+        return "-"
+    return f"{ratio_cell(row['plain'], h, 'seed_var')}; {ratio_cell(row['plain'], h, 'batch_var')}; {bias_cell(h)}"
+
+
 def _from(row: dict) -> str:
     return f" [{row['extras_from']}]" if "extras_from" in row else ""
 
@@ -325,7 +346,7 @@ def shown_rows(results: dict) -> list[dict]:
     out = []
     for k, r in best.items():
         for o in results["rows"]:
-            extra = {m: o[m] for m in ("local", "bcg_seed_pre") if m in o and m not in r}
+            extra = {m: o[m] for m in ("local",) + VARIANTS if m in o and m not in r}
             if (o["mode"], o["kappa"], o["horizon"]) == k and o is not r and extra:
                 r = {**r, **extra, "extras_from": f"{o['envs']} x {o['seeds']}"}
         out.append(r)
@@ -352,8 +373,9 @@ def render_gradients_touchdown_table(results: dict) -> str:
              "| BCG-seed / plain (seed var, 90 % CI) | BCG-seed / plain (batch var, 90 % CI) "
              "| BCG-ours / plain (batch var, 90 % CI) | bundled (seed / ours) | BCG-seed vs reference: rel. difference "
              "(noise alone) | local share of seed var (8 whole perturbed rollouts averaged) "
-             "| BCG-seed, pre-contact trigger / plain (seed var, 90 % CI; bundled) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| BCG-seed, pre-contact trigger / plain (seed var, 90 % CI; bundled) "
+             "| BCG-seed, nominal held / plain (seed var; batch var; rel. difference to the reference) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in shown_rows(results):
         p, s, o = r["plain"], r["bcg_seed"], r["bcg_ours"]
         se = f"{p['ref_rel_se']:.2f}" if "ref_rel_se" in p else "-"
@@ -361,7 +383,7 @@ def render_gradients_touchdown_table(results: dict) -> str:
             f"| {contact_label(r)} | {kappa_label(r)} | {r['horizon']} | {r['envs']} x {r['seeds']} "
             f"| {p['touchdown_step']:.1f} | {p['seed_var']:.3g} ({se}) | {ratio_cell(p, s, 'seed_var')} "
             f"| {ratio_cell(p, s, 'batch_var')} | {ratio_cell(p, o, 'batch_var')} | {s['bundled']:.2f} / {o['bundled']:.2f} "
-            f"| {bias_cell(s)} | {_local_cell(r.get('local'))}{_from(r)} | {_pre_cell(r)}{_from(r)} |")
+            f"| {bias_cell(s)} | {_local_cell(r.get('local'))}{_from(r)} | {_pre_cell(r)}{_from(r)} | {_held_cell(r)}{_from(r)} |")
     return "\n".join(lines)
 
 
@@ -379,6 +401,9 @@ def main(argv=None) -> int:
                     help="only add the local measure to rows already in --out (plain recomputed and checked against them)")
     ap.add_argument("--add-pre-trigger", type=float, default=None, metavar="M",
                     help="only add the seed's bundle with a pre-contact trigger (a foot below M m) to rows already in --out")
+    ap.add_argument("--add-held", action="store_true",
+                    help="only add the seed's bundle with the nominal held (its gradient on the plain forward pass) to rows "
+                         "already in --out")
     ap.add_argument("--out", default=None, help="write the JSON here (rows already there for other settings are kept)")
     a = ap.parse_args(argv)
     if a.envs < 2 or a.seeds < 2:
@@ -387,20 +412,26 @@ def main(argv=None) -> int:
         ap.error("--add-local needs --local >= 2 and --out with the rows to complete")
     if a.add_pre_trigger is not None and (not a.out or not a.add_pre_trigger > 0):
         ap.error("--add-pre-trigger needs a height > 0 (m) and --out with the rows to complete")
+    if a.add_held and not a.out:
+        ap.error("--add-held needs --out with the rows to complete")
+    adding = a.add_local or a.add_held or a.add_pre_trigger is not None
     old = json.loads(Path(a.out).read_text())["rows"] if a.out and Path(a.out).is_file() else []
     key = lambda r: (r["mode"], r["kappa"], r["horizon"], r["envs"])  # noqa: E731
     res = {"scenario": "landing from flight: h ~ U(0.10, 0.20) m, touch-down after U(0.01, 0.6 H dt) s", "rows": old}
     for H in a.horizons:
         for mode in a.contacts:
-            sc = Scenario(mode, H, a.envs, a.local, a.add_pre_trigger)
+            sc = Scenario(mode, H, a.envs, a.local, a.add_pre_trigger, a.add_held)
             for kappa in (a.kappas if mode not in KAPPA_FREE else a.kappas[-1:]):
-                if a.add_pre_trigger is not None or a.add_local:
+                if adding:
                     have = [r for r in old if key(r) == (mode, kappa, H, a.envs)]
                     if not have:
                         print(f"no {mode} kappa {kappa:g} H {H} x {a.envs} row in {a.out}: skipped", flush=True)
                         continue
-                    row = (add_pre_trigger(sc, kappa, have[0]) if a.add_pre_trigger is not None
-                           else add_local(sc, kappa, have[0]))
+                    row = have[0]
+                    for name in sc.variants:
+                        row = add_variant(sc, kappa, row, name)
+                    if a.add_local:
+                        row = add_local(sc, kappa, row)
                 else:
                     row = study(sc, kappa, a.seeds)
                 print(json.dumps(row), flush=True)

@@ -115,6 +115,23 @@ def test_bcg_with_zero_sigma_equals_nominal_rollout(plain_result, grad_bcg, para
     assert np.linalg.norm(gb - gp) <= 1e-2 * np.linalg.norm(gp)
 
 
+def test_held_nominal_keeps_the_plain_forward_and_the_bundles_gradient(plain_result, grad_bcg, params):
+    """hold_nominal: every env bundled and perturbed, yet the forward pass is the plain rollout's (up to the
+    larger batch's rounding, as above) while the bundle's own forward drifts from it by orders more; the
+    held gradient is the bundle's sensitivities, not plain's."""
+    (loss, traj), g = plain_result
+    cfg = CFG.replace(tau=0.0, sigma_p=0.02, sigma_v=0.05)
+    (_, traj_d), g_d = grad_bcg(params, jax.random.PRNGKey(0), cfg)
+    (_, traj_h), g_h = grad_bcg(params, jax.random.PRNGKey(0), cfg.replace(hold_nominal=True))
+    assert bool(traj_h["bundled"][1:].all())
+    np.testing.assert_allclose(np.asarray(traj_h["reward"]), np.asarray(traj["reward"]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(traj_h["obs"]), np.asarray(traj["obs"]), rtol=1e-5, atol=2e-4)
+    drift = np.abs(np.asarray(traj_d["obs"]) - np.asarray(traj["obs"])).max()
+    assert drift > 1e-2, drift  # the moving bundle's forward leaves plain's
+    gp, gh = _flat(g), _flat(g_h)
+    assert np.all(np.isfinite(gh)) and np.linalg.norm(gh - gp) > 5e-2 * np.linalg.norm(gp)
+
+
 def test_perturbation_moves_the_foot_by_sigma(env):
     """Cartesian foot displacement of the J^+ offsets: std ~ sigma_p per axis, zero mean; only the legs move."""
     B = 4000

@@ -118,6 +118,20 @@ def test_a_larger_sample_keeps_the_smaller_ones_local_measure():
     assert "| 0.500 (0.56) [16 x 6] |" in render_gradients_touchdown_table({"rows": [small, big]})
 
 
+def test_held_nominal_cell_by_hand():
+    from bench.gradients_touchdown import render_gradients_touchdown_table
+
+    est = {"seed_var": 1.0, "seed_var_ci90": [0.9, 1.1], "batch_var": 0.5, "batch_var_ci90": [0.4, 0.6],
+           "bundled": 0.5, "touchdown_step": 1.0, "rel_diff_vs_plain": 0.1}
+    held = {**est, "seed_var": 0.5, "ratio_seed_var_ci90": [0.4, 0.7], "batch_var": 1.0,
+            "ratio_batch_var_ci90": [1.5, 2.5], "rel_diff_vs_plain": 0.05, "noise_rel": 0.02}
+    row = {"mode": "soft", "kappa": 300.0, "horizon": 32, "envs": 32, "seeds": 24, "plain": est, "bcg_seed": est,
+           "bcg_ours": est, "bcg_seed_held": held}
+    # seed var 0.5 / 1.0, batch var 1.0 / 0.5, bias 5 % against 2 % of noise
+    assert render_gradients_touchdown_table({"rows": [row]}).endswith(
+        "| - | 0.50 (0.40-0.70); 2.00 (1.50-2.50); 0.050 (0.020) |")
+
+
 def test_bundle_drift_table_by_hand():
     from bench.bundle_drift import render_bundle_drift_table
 

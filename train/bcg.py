@@ -23,6 +23,8 @@ train/rollout.py):
 - While an env is bundled, its trajectory entries (obs, action, reward, done, next_obs,
   metrics) are the bundle's: reward = branch mean, done evaluated on x_bar; its nominal copy
   keeps stepping and is overwritten by x_bar when the bundle ends.
+- `hold_nominal`: x_bar's values are replaced by the nominal copy's and its gradient kept (straight-through), so
+  the rollout's forward pass is the plain one's and only the gradient is the bundle's.
 - Actions inside a bundle: at its first step the policy sees the nominal (unperturbed) state
   -- exactly the nominal action, same rng key; at step h >= 1 the policy sees x_bar_{t+h}
   (observation with the env's own noise key), and every branch gets that one action.
@@ -61,6 +63,9 @@ class BCGConfig:
     # metric of the step before), so a bundle can open on the step before a touch-down and hold the impact; None:
     # contact triggers only (the seed's: the first bundle opens the step after the impact)
     trigger_height: float | None = None
+    # keep the nominal rollout's values and take only the bundle's gradient (straight-through, `hold_nominal`): the
+    # forward pass is the plain rollout's, so the bundle's averaging is measured apart from its drift (x_bar != x)
+    hold_nominal: bool = False
 
     def replace(self, **kw) -> "BCGConfig":
         return dataclasses.replace(self, **kw)
@@ -76,7 +81,7 @@ class BCGConfig:
 
 jax.tree_util.register_dataclass(
     BCGConfig,
-    data_fields=["sigma_p", "sigma_v", "tau", "damping"],
+    data_fields=["sigma_p", "sigma_v", "tau", "damping", "hold_nominal"],
     meta_fields=["enabled", "branches", "horizon", "max_bundled_envs", "clamp_q", "clamp_v", "trigger_height"],
 )
 
@@ -139,6 +144,16 @@ def mean_state(env: G1Env, branches: EnvState) -> EnvState:
     x = first.replace(data=data, reward=branches.reward.mean(0), metrics=metrics,
                       contact_force=branches.contact_force.mean(0), done=fell | first.truncated)
     return x.replace(obs=env.observe(x))
+
+
+def hold_nominal(hold, nominal: EnvState, xbar: EnvState) -> EnvState:
+    """Where `hold`: the nominal state's values with x_bar's gradient (stop_gradient(x) + (x_bar - stop_gradient(x_bar)),
+    exact in the forward pass); else x_bar. `hold` may be traced, so one compile serves both."""
+    def pick(x, xb):
+        if jnp.issubdtype(xb.dtype, jnp.inexact):
+            x = jax.lax.stop_gradient(x) + (xb - jax.lax.stop_gradient(xb))
+        return jnp.where(hold, x, xb)
+    return jax.tree.map(pick, nominal, xbar)
 
 
 def step_keys(key: jax.Array, num_envs: int):
@@ -241,7 +256,7 @@ def bcg_rollout_step(env: G1Env, policy_fn, params, cfg: BCGConfig, state: EnvSt
     nxt = jax.vmap(env.step)(both, act)
     nom = jax.tree.map(lambda x: x[:N], nxt)
     branches = jax.tree.map(lambda x: x[N:].reshape((K, B) + x.shape[1:]), nxt)
-    xbar = jax.vmap(lambda b: mean_state(env, b))(branches)
+    xbar = hold_nominal(cfg.hold_nominal, _gather(nom, idx), jax.vmap(lambda b: mean_state(env, b))(branches))
     age = age + 1
     finish = active & ((age >= cfg.horizon) | xbar.done | last)
 
