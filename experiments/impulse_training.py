@@ -81,6 +81,7 @@ def row_of(run: Path, name: str, artifact: Path) -> dict:
         "num_envs": cfg["shac"]["num_envs"], "horizon": cfg["shac"]["horizon"],
         "bcg": {k: cfg["bcg"][k] for k in BCG_KEYS} if cfg["algo"] == "bcg" else None,
         "bundled_frac_mean": bundle_activity(run)["bundled_frac_mean"] if cfg["algo"] == "bcg" else 0.0,
+        "iterations_budget": cfg["shac"]["iterations"],
         "iterations_run": curve["iteration"][-1], "train_wall_s": curve["wall_s"][-1],
         "selected_iteration": sel["selected_iteration"],
         "selection": [{"iteration": c["iteration"], "falls": c.get("falls")} for c in sel["candidates"]],
@@ -113,28 +114,36 @@ def bundle_label(bcg: dict | None) -> str:
     return f"{trig}, B {bcg['branches']}, window {bcg['horizon']}, {bcg['max_bundled_envs']} slots"
 
 
-def wall_class(row: dict) -> int:
-    """The row's training wall time to the nearest 5 min: runs compared at (about) equal wall time share it."""
-    return int(5 * round(row["train_wall_s"] / 300))
+def budget(row: dict) -> str:
+    """The row's training budget: the iterations it was given (a time budget may have stopped it earlier); rows
+    recorded without it, their wall time to the nearest 5 min."""
+    if row.get("iterations_budget"):
+        return f"{row['iterations_budget']} it"
+    return f"{int(5 * round(row['train_wall_s'] / 300))} min"
+
+
+def wall_min(rows: list[dict]) -> list[float]:
+    return [r["train_wall_s"] / 60 for r in rows]
 
 
 def summary_by_setting(results: dict) -> list[dict]:
-    """Rows grouped by (algorithm, bundle, contact, mode, kappa, relaxation, wall time to 5 min): seeds, falls/20
-    per seed and their mean, standing, iterations and wall time."""
+    """Rows grouped by (algorithm, bundle, contact, mode, kappa, relaxation, budget): seeds, falls/20 per seed and
+    their mean, standing, iterations and wall time."""
     groups: dict = {}
     for r in results["rows"]:
         key = (r["algo"], bundle_label(r.get("bcg")), r["contact"], r["impulse_mode"], r["kappa"], r.get("relaxation"),
-               wall_class(r))
+               budget(r))
         groups.setdefault(key, []).append(r)
     out = []
-    for (algo, bundle, contact, mode, kappa, relax, _), rows in sorted(groups.items(), key=lambda kv: kv[0][-1]):
+    for (algo, bundle, contact, mode, kappa, relax, _), rows in sorted(groups.items(),
+                                                                          key=lambda kv: min(wall_min(kv[1]))):
         falls = [r["eval_seed0"]["falls"] for r in rows]
         out.append({"algo": algo, "bundle": bundle, "contact": contact, "impulse_mode": mode, "kappa": kappa,
                     "relaxation": relax,
                     "seeds": [r["seed"] for r in rows], "falls": falls, "falls_mean": sum(falls) / len(falls),
                     "stood": [r["eval_seed0"]["stood_at_end"] for r in rows],
                     "iterations": [r["iterations_run"] for r in rows],
-                    "wall_min": [r["train_wall_s"] / 60 for r in rows]})
+                    "wall_min": wall_min(rows)})
     return out
 
 

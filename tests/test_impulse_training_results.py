@@ -44,3 +44,13 @@ def test_summary_groups_seeds_by_setting_and_wall_time():
     assert ("| bcg | 400 N, B 4, window 2, 4 slots | impulse soft | 300 | block | 2 | 4 / 1 | 2.5 | 16 / 19 | 100 / 200 | 10 / 11 |"
             in render_impulse_training_summary(res))
     assert "| shac | - | impulse soft |" in render_impulse_training_summary(res)
+
+
+def test_rows_given_the_same_iterations_share_a_setting_whatever_their_wall_time():
+    a, b = _row("shac", 1, 6, wall_s=2520.0), _row("shac", 3, 0, wall_s=2100.0)  # 42 and 35 min, both 1150 it
+    c = _row("shac", 2, 0, wall_s=4500.0)  # 2600 it, stopped by 75 min
+    for r, it in ((a, 1150), (b, 1150), (c, 2600)):
+        r["iterations_budget"] = it
+    groups = summary_by_setting({"rows": [c, a, b]})
+    assert [g["seeds"] for g in groups] == [[1, 3], [2]]  # the shorter setting first
+    assert groups[0]["falls"] == [6, 0] and groups[0]["wall_min"] == pytest.approx([42.0, 35.0])
