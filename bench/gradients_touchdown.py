@@ -34,7 +34,7 @@ Measures per (contact mode, kappa, horizon, estimator), over `seeds` batches of 
   bundle is narrower: it averages one window's branches and continues from their mean state.
 
     python -m bench.gradients_touchdown [--contacts soft mixed hard mjx penalty] [--kappas 50 100 300] [--horizons 8 32]
-        [--envs 64] [--seeds 12] [--local 8] [--out results/gradients_touchdown.json]
+        [--envs 64] [--seeds 12] [--local 8] [--chunk C] [--out results/gradients_touchdown.json]
 """
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ class Scenario:
     slot budget couples the envs of a batch, so it yields the batch gradient only."""
 
     def __init__(self, mode: str, horizon: int, num_envs: int, local: int = 0, pre_trigger: float | None = None,
-                 held: bool = False):
+                 held: bool = False, chunk: int | None = None):
         self.N, self.H, self.mode, self.M = num_envs, horizon, mode, local
         self.env = env = G1Env(env_config(mode), hold_pose_motion(horizon + 8, "hold"))
         self.bcg = {"plain": None, "bcg_seed": BCGConfig.seed_settings(1, env.cfg.physics_dt),
@@ -124,7 +124,10 @@ class Scenario:
 
         def per_env(cfg):
             g = jax.grad(lambda th, key, kp: ret(th, key, 1, kp, cfg), has_aux=True)
-            return jax.jit(jax.vmap(g, in_axes=(None, 0, None)))
+            if chunk is None or chunk >= num_envs:
+                return jax.jit(jax.vmap(g, in_axes=(None, 0, None)))
+            # `chunk` envs at a time: the backward pass holds every step's state of the envs it differentiates
+            return jax.jit(lambda th, keys, kp: jax.lax.map(lambda k: g(th, k, kp), keys, batch_size=chunk))
 
         self.per_env = {"plain": per_env(None), "bcg_seed": per_env(self.bcg["bcg_seed"])}
         if pre_trigger is not None:  # the seed's bundle, also opened by a foot within pre_trigger m of the floor
@@ -209,7 +212,8 @@ def add_variant(sc: Scenario, kappa: float, row: dict, name: str) -> dict:
         var.append(np.asarray(g))
         bundled.append(float(np.mean(b)))
     sv_p, sv = (np.array([g.var(0, ddof=1).sum() for g in x]) for x in (plain, var))
-    if not np.isclose(sv_p.mean(), row["plain"]["seed_var"], rtol=1e-3):
+    # 1 %: another compiled program (--chunk) rounds differently, and contact amplifies it through the horizon
+    if not np.isclose(sv_p.mean(), row["plain"]["seed_var"], rtol=1e-2):
         raise RuntimeError(f"{row['mode']} kappa {kappa} H {row['horizon']}: plain seed_var {sv_p.mean():.6g} recomputed, "
                            f"{row['plain']['seed_var']:.6g} stored: the row was measured with other code or settings")
     G_p, G = (np.stack([g.mean(0) for g in x]) for x in (plain, var))
@@ -404,10 +408,14 @@ def main(argv=None) -> int:
     ap.add_argument("--add-held", action="store_true",
                     help="only add the seed's bundle with the nominal held (its gradient on the plain forward pass) to rows "
                          "already in --out")
+    ap.add_argument("--chunk", type=int, default=None, metavar="C",
+                    help="per-env gradients C envs at a time (memory: the impulse contact's 64 envs x 32 steps hold ~19 GB)")
     ap.add_argument("--out", default=None, help="write the JSON here (rows already there for other settings are kept)")
     a = ap.parse_args(argv)
     if a.envs < 2 or a.seeds < 2:
         ap.error("--envs and --seeds must be >= 2 (variances)")
+    if a.chunk is not None and a.chunk < 1:
+        ap.error("--chunk must be >= 1")
     if a.add_local and (a.local < 2 or not a.out):
         ap.error("--add-local needs --local >= 2 and --out with the rows to complete")
     if a.add_pre_trigger is not None and (not a.out or not a.add_pre_trigger > 0):
@@ -420,7 +428,7 @@ def main(argv=None) -> int:
     res = {"scenario": "landing from flight: h ~ U(0.10, 0.20) m, touch-down after U(0.01, 0.6 H dt) s", "rows": old}
     for H in a.horizons:
         for mode in a.contacts:
-            sc = Scenario(mode, H, a.envs, a.local, a.add_pre_trigger, a.add_held)
+            sc = Scenario(mode, H, a.envs, a.local, a.add_pre_trigger, a.add_held, a.chunk)
             for kappa in (a.kappas if mode not in KAPPA_FREE else a.kappas[-1:]):
                 if adding:
                     have = [r for r in old if key(r) == (mode, kappa, H, a.envs)]
