@@ -174,6 +174,7 @@ def best_window(arrays: dict, seconds: float, max_tilt_deg: float = MAX_TILT_DEG
     if not ok.any():
         raise MotionError(f"every {seconds} s window tilts the pelvis beyond {max_tilt_deg} deg "
                           f"(least: {wtilt.min():.1f} deg)")
+    tilted = int((~ok).sum())
     torque = {}
     if max_torque_ratio is not None:
         wtau = np.lib.stride_tricks.sliding_window_view(torque_ratio(arrays), n).max(axis=1)
@@ -182,8 +183,6 @@ def best_window(arrays: dict, seconds: float, max_tilt_deg: float = MAX_TILT_DEG
             raise MotionError(f"no {seconds} s window within {max_tilt_deg} deg of tilt keeps the waist and arm "
                               f"torques <= {max_torque_ratio} x their limits (least: {wtau[ok].min():.2f})")
         torque = {"excluded_by_torque": int((ok & ~ok_tau).sum()), "torque_bound": float(max_torque_ratio)}
-    tilted = int((~ok).sum())
-    if torque:
         ok = ok_tau
     k = int(np.argmax(np.where(ok, score, -np.inf)))
     if torque:
