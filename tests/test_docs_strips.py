@@ -1,6 +1,7 @@
 """The key-frame strips the repository keeps (policy cards, the tracking page), written from the runs that exist
 on this machine only; the tracking rows' training facts read from their runs."""
 import numpy as np
+import pytest
 from PIL import Image
 
 from experiments import tracking
@@ -38,3 +39,12 @@ def test_termination_trend_by_hand():
     out = tracking.termination_trend(rows)
     assert out == {"first": 0.04, "last": 0.02, "iterations": 250, "steps_per_termination_last": 50.0}
     assert tracking.termination_trend(rows[:150]) == {}  # first and last 100 would overlap
+
+
+def test_holosomas_graphs_run_the_windows_of_their_own_dance_only():
+    """Both dance windows name the PPO graph of holosoma-inference 0.1.3 as their source; the box lift and the
+    jump are committed clips without one."""
+    assert tracking.of_holosomas_dance("dance") and tracking.of_holosomas_dance("dance_in_limits")
+    assert not tracking.of_holosomas_dance("box_lift") and not tracking.of_holosomas_dance("jump")
+    with pytest.raises(SystemExit):  # refused before anything is evaluated
+        tracking.main(["--clip", "box_lift", "--policy", "ppo"])
