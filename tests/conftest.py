@@ -25,12 +25,17 @@ TEST_DOMAINS = range(2, 233)
 
 
 def _test_domains():
-    """Every domain of TEST_DOMAINS once, starting at one derived from the pid (override with
-    G1_TEST_DDS_DOMAIN), so that test runs started in parallel on one machine start far apart."""
-    n = len(TEST_DOMAINS)
-    first = int(os.environ.get("G1_TEST_DDS_DOMAIN", TEST_DOMAINS[0] + (os.getpid() * 97) % n))
+    """The domains of this pytest process: under pytest-xdist, worker k of W cycles through the k-th of W
+    equal slices of TEST_DOMAINS (workers of one run never share a domain); each slice (all of TEST_DOMAINS
+    without xdist) is walked once from a start derived from the pid (override with G1_TEST_DDS_DOMAIN), so
+    that test runs started in parallel on one machine start far apart."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
+    n = len(TEST_DOMAINS) // workers
+    lo = TEST_DOMAINS[0] + worker * n
+    first = int(os.environ.get("G1_TEST_DDS_DOMAIN", lo + (os.getpid() * 97) % n))
     for k in range(n):
-        yield TEST_DOMAINS[(first - TEST_DOMAINS[0] + k) % n]
+        yield lo + (first - lo + k) % n
 
 
 _DOMAINS = _test_domains()
