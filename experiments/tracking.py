@@ -3,7 +3,9 @@ holosoma-inference 0.1.3's PPO and FastSAC graphs of the same retargeted dance, 
 on the same segment: each starts in its reference's state at the segment's first frame (eval.sim.reference_start;
 our clips begin with a lead-in from standing, holosoma's graph runs the whole 131 s dance) and runs the
 segment's seconds with eval's randomisation and push (no HOLD after: the segment ends mid-motion), measured
-against its own reference (the same clip). Our policies also run the whole clip as the robot runs it: from
+against its own reference (the same clip). The survival map (`survival_by_second`, docs/tracking_survival.png)
+starts short episodes at every second of the segment: where a policy fails, each part of the clip on its own.
+Our policies also run the whole clip as the robot runs it: from
 standing at frame 0 through the lead-in, the segment and the lead-out, then the 1.5 s HOLD ("stood at end"),
 in eval and in one real-time dry run on the sim bridge (`make deploy ROBOT=sim POLICY=...`).
 
@@ -106,7 +108,8 @@ def our_training(folder: Path) -> dict:
                     + (f" x {envs} envs x {steps} steps" if envs and steps else "") + f", run {prov.get('run')}"}
 
 
-def measure(clip: str, policy: str, episodes: int, seed: int, artifact: Path | None = None) -> dict:
+def measure(clip: str, policy: str, episodes: int, seed: int, artifact: Path | None = None,
+            survival_episodes: int = 5) -> dict:
     ours_start, graph_start, seconds = segment(clip)
     if policy == "ours":
         path, start = (Path(artifact).resolve() if artifact else REPO / "policies" / "g1" / clip), ours_start
@@ -131,6 +134,7 @@ def measure(clip: str, policy: str, episodes: int, seed: int, artifact: Path | N
                  "body_pos_err_cm": (w["tracking"] or {}).get("body_pos_err_cm"),
                  "eval": str((w_out / "eval.json").relative_to(REPO)), "video": w.get("video"),
                  "video_keyframes": w.get("video_keyframes")}
+    survival = survival_by_second(path, start, seconds, survival_episodes, seed) if survival_episodes else None
     return {"clip": clip, "policy": training.pop("label", LABELS[policy]), "source": str(path.relative_to(REPO)) if path.is_relative_to(REPO)
             else str(path), "start_frame": start, "seconds": seconds, "episodes": summary["episodes"],
             "falls": summary["falls"], "tilt_tripped": summary["tilt_tripped"], "policy_input": summary["policy_input"],
@@ -139,7 +143,56 @@ def measure(clip: str, policy: str, episodes: int, seed: int, artifact: Path | N
             "body_pos_err_cm": tr.get("body_pos_err_cm"), "body_pos_err_worst_s_cm": tr.get("body_pos_err_worst_s_cm"),
             "joint_rms_rad": tr.get("joint_rms_rad"), "anchor_ori_err_rad": tr.get("anchor_ori_err_rad"),
             "eval_seed": seed, "eval": str((out / "eval.json").relative_to(REPO)), "training": training,
-            "date": dt.date.today().isoformat()}
+            "survival": survival, "date": dt.date.today().isoformat()}
+
+
+SURVIVAL_WINDOW_S = 2.0  # s: the training's episode window (env.tracking.window_s)
+
+
+def survival_by_second(path: Path, first_frame: int, seconds: float, episodes: int, seed: int,
+                       window_s: float = SURVIVAL_WINDOW_S) -> list[dict]:
+    """Where in a segment a policy fails, each part on its own: `episodes` episodes started in the reference's
+    state at each whole second k of the segment, window_s long (the training's episode window,
+    env.tracking.window_s), no HOLD after. A policy that falls 1 s into the segment from its start says nothing of
+    the other 14 s; this map does."""
+    out = []
+    for k in range(int(seconds)):
+        cfg = EvalConfig(episodes=episodes, seed=seed, video=False, duration_s=min(window_s, seconds - k),
+                         start_frame=first_frame + int(round(k / g1.CONTROL_DT)), hold_s=0.0)
+        summary, _ = evaluate_policy(path, cfg, REPO / "runs" / "eval")
+        fell = [e["fell_at_s"] for e in summary["per_episode"] if e["fell"]]
+        out.append({"start_s": k, "falls": summary["falls"], "episodes": summary["episodes"],
+                    "fell_after_s": [round(t, 2) for t in fell], "mean_policy_s": round(summary["policy_s"], 3),
+                    "body_pos_err_cm": (summary["tracking"] or {}).get("body_pos_err_cm")})
+    return out
+
+
+def survival_figure(results: dict, out: Path) -> Path | None:
+    """The mean seconds each episode of a row's survival map ran before it fell (the window's length: none fell),
+    per start second, one panel per clip."""
+    rows = {k: r for k, r in results["rows"].items() if r.get("survival")}
+    if not rows:
+        return None
+    import matplotlib.pyplot as plt
+
+    clips = sorted({r["clip"] for r in rows.values()})
+    fig, axes = plt.subplots(len(clips), 1, figsize=(8, 2.6 * len(clips)), squeeze=False)
+    for ax, clip in zip(axes[:, 0], clips):
+        mine = [(k, r) for k, r in rows.items() if r["clip"] == clip]
+        width = 0.8 / len(mine)
+        for j, (key, r) in enumerate(mine):
+            xs = [c["start_s"] + (j - (len(mine) - 1) / 2) * width for c in r["survival"]]
+            ax.bar(xs, [c["mean_policy_s"] for c in r["survival"]], width, label=r["policy"])
+        ax.set_title(f"{clip}: episodes of {SURVIVAL_WINDOW_S:g} s started at each second of the segment", fontsize=9)
+        ax.set_ylabel("mean s before a fall")
+        ax.set_ylim(0, SURVIVAL_WINDOW_S * 1.05)
+        ax.legend(fontsize=8)
+    axes[-1, 0].set_xlabel("start, s into the segment")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out
 
 
 def render_tracking_table(results: dict) -> str:
@@ -214,7 +267,14 @@ def main(argv=None) -> int:
                          "runs on this machine (no evaluation)")
     ap.add_argument("--refresh-training", action="store_true",
                     help="only recompute our rows' training facts (samples, reward terms, terminations) from their runs")
+    ap.add_argument("--name", default=None,
+                    help="the row's key is <clip>/<name> (default: <clip>/<policy>), e.g. one per training of a clip")
+    ap.add_argument("--survival-episodes", type=int, default=5,
+                    help="episodes per start second of the survival map (survival_by_second); 0: none")
+    ap.add_argument("--survival-only", action="store_true",
+                    help="only add the survival map to the existing row <clip>/<name or policy> (no other evaluation)")
     args = ap.parse_args(argv)
+    key = f"{args.clip}/{args.name or args.policy}"
     if args.refresh_training:
         results = refresh_training(json.loads(RESULTS.read_text()))
         RESULTS.write_text(json.dumps(results, indent=2) + "\n")
@@ -226,9 +286,18 @@ def main(argv=None) -> int:
         return 0
     if args.policy != "ours" and not of_holosomas_dance(args.clip):
         ap.error(f"holosoma's graphs track their own dance only: {args.clip} is not a window of it (e.g. --clip dance)")
-    row = measure(args.clip, args.policy, args.episodes, args.seed, args.artifact)
-    results = save_row(RESULTS, f"{args.clip}/{args.policy}", row, __doc__)
+    if args.survival_only:
+        results = json.loads(RESULTS.read_text())
+        if key not in results["rows"]:
+            ap.error(f"no row {key} in {RESULTS}: measure it first (without --survival-only)")
+        row = results["rows"][key]
+        row["survival"] = survival_by_second(REPO / row["source"], row["start_frame"], row["seconds"],
+                                             args.survival_episodes, args.seed)
+    else:
+        row = measure(args.clip, args.policy, args.episodes, args.seed, args.artifact, args.survival_episodes)
+    results = save_row(RESULTS, key, row, __doc__)
     docs_strips(results)
+    print(survival_figure(results, REPO / "docs" / "tracking_survival.png") or "")
     print(render_tracking_table(results))
     print(RESULTS)
     return 0

@@ -48,3 +48,21 @@ def test_holosomas_graphs_run_the_windows_of_their_own_dance_only():
     assert not tracking.of_holosomas_dance("box_lift") and not tracking.of_holosomas_dance("jump")
     with pytest.raises(SystemExit):  # refused before anything is evaluated
         tracking.main(["--clip", "box_lift", "--policy", "ppo"])
+
+
+def test_survival_figure_one_panel_per_clip_and_none_without_maps(tmp_path):
+    surv = [{"start_s": k, "falls": f, "episodes": 5, "fell_after_s": [], "mean_policy_s": 2.0 - 0.3 * f,
+             "body_pos_err_cm": 4.0} for k, f in enumerate([0, 5, 2])]
+    rows = {"dance/ours": {"clip": "dance", "policy": "ours", "survival": surv},
+            "dance/ppo": {"clip": "dance", "policy": "holosoma PPO", "survival": surv[:2]},
+            "box_lift/ours": {"clip": "box_lift", "policy": "ours", "survival": None}}
+    out = tracking.survival_figure({"rows": rows}, tmp_path / "s.png")
+    assert out.is_file() and Image.open(out).size[1] == 2.6 * 90  # one clip with a map: one panel's height
+    assert tracking.survival_figure({"rows": {"box_lift/ours": rows["box_lift/ours"]}}, tmp_path / "n.png") is None
+
+
+def test_survival_only_needs_a_measured_row(tmp_path, monkeypatch):
+    monkeypatch.setattr(tracking, "RESULTS", tmp_path / "tracking.json")
+    (tmp_path / "tracking.json").write_text('{"rows": {}}')
+    with pytest.raises(SystemExit):
+        tracking.main(["--clip", "dance", "--survival-only"])
