@@ -185,8 +185,8 @@ def survival_figure(results: dict, out: Path) -> Path | None:
             ax.bar(xs, [c["mean_policy_s"] for c in r["survival"]], width, label=r["policy"])
         ax.set_title(f"{clip}: episodes of {SURVIVAL_WINDOW_S:g} s started at each second of the segment", fontsize=9)
         ax.set_ylabel("mean s before a fall")
-        ax.set_ylim(0, SURVIVAL_WINDOW_S * 1.05)
-        ax.legend(fontsize=8)
+        ax.set_ylim(0, SURVIVAL_WINDOW_S * 1.4)  # room for the legend above the bars
+        ax.legend(fontsize=8, loc="upper center", ncol=3)
     axes[-1, 0].set_xlabel("start, s into the segment")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
