@@ -103,7 +103,8 @@ def our_training(folder: Path) -> dict:
     return {"samples": it * envs * steps if envs and steps else None,
             "wall_min": round(wall / 60, 1) if wall else None, "reward_terms_last100": terms,
             "terminations_per_step": ends,
-            "label": f"ours ({prov['algorithm']}, {prov.get('contact', '?')} contact)",
+            "label": "the reference on PD (zero residual, untrained)" if prov.get("untrained")
+            else f"ours ({prov['algorithm']}, {prov.get('contact', '?')} contact)",
             "note": f"{prov['algorithm']}, {prov.get('contact', '?')} contact, {it} iterations"
                     + (f" x {envs} envs x {steps} steps" if envs and steps else "") + f", run {prov.get('run')}"}
 

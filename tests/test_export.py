@@ -171,6 +171,24 @@ def test_export_run_cli(small, tmp_path, capsys):
     assert prov["algorithm"] == "shac+bcg" and prov["seed"] == 5 and prov["preset"] == "custom"
     assert prov["iterations"] == 12 and prov["wall_time_s"] == 123.4 and prov["checkpoint"] == "latest.npz"
     assert prov["run"] == str(run)  # outside the repository: kept as given
+    # the untrained baseline of the same run: through onnxruntime, the reference's own next targets
+    base = tmp_path / "zero"
+    assert E.main(["--run", str(run), "--out", str(base), "--zero-residual"]) == 0
+    zero = A.load_artifact(base)
+    assert zero.spec.provenance["iterations"] == 0 and "zeroed" in zero.spec.provenance["untrained"]
+    import onnxruntime as ort
+
+    obs = np.random.default_rng(4).normal(0, 1, (8, NOBS)).astype(np.float32)
+    sess = ort.InferenceSession(str(base / "policy.onnx"))
+    a = sess.run(None, {sess.get_inputs()[0].name: obs})[0]
+    np.testing.assert_allclose(a * cfg.action_scale, obs[:, cfg.ref_index:cfg.ref_index + 29], atol=1e-6)
+    trained = ort.InferenceSession(str(out / "policy.onnx"))
+    assert np.abs(trained.run(None, {trained.get_inputs()[0].name: obs})[0] - a).max() > 0.1
+    cfg_file = yaml.safe_load((run / "config.yaml").read_text())
+    cfg_file["actor"]["residual_on_reference"] = False  # nothing to zero towards: refused
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg_file))
+    assert E.main(["--run", str(run), "--out", str(tmp_path / "no"), "--zero-residual"]) == 2
+    assert "not a residual" in capsys.readouterr().err
     assert E.main(["--run", str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err
 

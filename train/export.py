@@ -271,15 +271,32 @@ def training_provenance(cfg, iterations: int, run, wall_time_s: float | None = N
             **extra}
 
 
-def export_run(run_dir, out_dir=None, checkpoint: str = "latest.npz") -> ExportResult:
+def zero_residual(net_params) -> Any:
+    """The actor with its output layer zeroed: a residual policy that commands the reference's next joint targets
+    (on the robot's PD), whatever it observes. The baseline a trained residual policy has to beat."""
+    out = dict(net_params)
+    out["out"] = {k: np.zeros_like(np.asarray(v)) for k, v in net_params["out"].items()}
+    return out
+
+
+def export_run(run_dir, out_dir=None, checkpoint: str = "latest.npz", zeroed: bool = False) -> ExportResult:
     from motions import load_motion
 
     rp = load_run_params(run_dir, checkpoint)
     cfg = rp.config
     motion = load_motion(cfg.motion)
-    prov = training_provenance(cfg, rp.checkpoint.step, rp.run_dir, rp.checkpoint.metrics.get("wall_s"),
-                               checkpoint=rp.checkpoint.path.name)
-    return export_policy(rp.checkpoint.net_params, cfg.actor, rp.checkpoint.obs_norm, motion, prov, out_dir,
+    params = rp.checkpoint.net_params
+    if zeroed:
+        if not cfg.actor.residual_on_reference:
+            raise ExportError(f"--zero-residual: the run's actor is not a residual on the reference "
+                              f"(actor.residual_on_reference is false in {rp.run_dir}/config.yaml)")
+        params = zero_residual(params)
+        prov = training_provenance(cfg, 0, rp.run_dir, 0.0, checkpoint=rp.checkpoint.path.name,
+                                   untrained="the output layer zeroed: the reference's joint targets on PD")
+    else:
+        prov = training_provenance(cfg, rp.checkpoint.step, rp.run_dir, rp.checkpoint.metrics.get("wall_s"),
+                                   checkpoint=rp.checkpoint.path.name)
+    return export_policy(params, cfg.actor, rp.checkpoint.obs_norm, motion, prov, out_dir,
                          obs_terms=cfg.obs_terms, anchor_body=cfg.env.tracking.anchor_body)
 
 
@@ -288,12 +305,15 @@ def main(argv=None) -> int:
     ap.add_argument("--run", required=True, help="run folder runs/<motion>/<stamp>")
     ap.add_argument("--checkpoint", default="latest.npz", help="file in <run>/checkpoints (default latest.npz)")
     ap.add_argument("--out", help="artifact folder (default policies/g1/<motion>)")
+    ap.add_argument("--zero-residual", action="store_true",
+                    help="export the untrained baseline instead: the actor's output layer zeroed, so the policy commands "
+                         "the reference's joint targets (a residual actor only)")
     args = ap.parse_args(argv)
     from motions import MotionError
     from policies.artifact import ArtifactError
 
     try:
-        res = export_run(args.run, args.out, args.checkpoint)
+        res = export_run(args.run, args.out, args.checkpoint, zeroed=args.zero_residual)
     except (ExportError, CheckpointError, MotionError, ArtifactError) as e:
         print(f"export failed: {e}", file=sys.stderr)
         return 2
