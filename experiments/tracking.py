@@ -84,6 +84,9 @@ def holosoma_training(path: Path) -> dict:
 
 def our_training(folder: Path) -> dict:
     prov = yaml.safe_load((folder / "policy.yaml").read_text())["provenance"]
+    if prov.get("untrained"):  # train.export --zero-residual: no training of its own
+        return {"samples": 0, "wall_min": 0, "label": "the reference on PD (zero residual, untrained)",
+                "note": f"untrained: {prov['untrained']} (the actor of {prov.get('run')})"}
     run = REPO / prov.get("run", "")
     envs = steps = None
     if (run / "config.yaml").is_file():
@@ -103,8 +106,7 @@ def our_training(folder: Path) -> dict:
     return {"samples": it * envs * steps if envs and steps else None,
             "wall_min": round(wall / 60, 1) if wall else None, "reward_terms_last100": terms,
             "terminations_per_step": ends,
-            "label": "the reference on PD (zero residual, untrained)" if prov.get("untrained")
-            else f"ours ({prov['algorithm']}, {prov.get('contact', '?')} contact)",
+            "label": f"ours ({prov['algorithm']}, {prov.get('contact', '?')} contact)",
             "note": f"{prov['algorithm']}, {prov.get('contact', '?')} contact, {it} iterations"
                     + (f" x {envs} envs x {steps} steps" if envs and steps else "") + f", run {prov.get('run')}"}
 
@@ -235,9 +237,9 @@ def refresh_training(results: dict) -> dict:
     """Each of our rows' training facts recomputed from its artifact and run (no evaluation)."""
     for row in results["rows"].values():
         src = REPO / row["source"]
-        if row["policy"].startswith("ours") and (src / "policy.yaml").is_file():
+        if (src / "policy.yaml").is_file():  # our artifacts (holosoma's rows name their graph file)
             t = our_training(src)
-            t.pop("label")
+            row["policy"] = t.pop("label")
             row["training"] = t
     return results
 
