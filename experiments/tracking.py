@@ -89,9 +89,15 @@ def our_training(folder: Path) -> dict:
                 "note": f"untrained: {prov['untrained']} (the actor of {prov.get('run')})"}
     run = REPO / prov.get("run", "")
     envs = steps = None
+    weights = ""
     if (run / "config.yaml").is_file():
         cfg = yaml.safe_load((run / "config.yaml").read_text())
         envs, steps = cfg["shac"]["num_envs"], cfg["shac"]["horizon"]
+        from train.tracking import DEFAULT_WEIGHTS
+
+        changed = [(k, v) for k, v in (cfg["env"].get("tracking") or {}).get("weights") or []
+                   if v != DEFAULT_WEIGHTS.get(k)]  # the reward weights the run changed
+        weights = "; " + ", ".join(f"{k} {v:g}" for k, v in changed) if changed else ""
     it = int(prov["iterations"])
     wall = prov.get("wall_time_s")
     terms, ends = {}, {}
@@ -106,7 +112,7 @@ def our_training(folder: Path) -> dict:
     return {"samples": it * envs * steps if envs and steps else None,
             "wall_min": round(wall / 60, 1) if wall else None, "reward_terms_last100": terms,
             "terminations_per_step": ends,
-            "label": f"ours ({prov['algorithm']}, {prov.get('contact', '?')} contact)",
+            "label": f"ours ({prov['algorithm']}, {prov.get('contact', '?')} contact{weights})",
             "note": f"{prov['algorithm']}, {prov.get('contact', '?')} contact, {it} iterations"
                     + (f" x {envs} envs x {steps} steps" if envs and steps else "") + f", run {prov.get('run')}"}
 
