@@ -185,7 +185,7 @@ def survival_figure(results: dict, out: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     clips = sorted({r["clip"] for r in rows.values()})
-    fig, axes = plt.subplots(len(clips), 1, figsize=(8, 2.6 * len(clips)), squeeze=False)
+    fig, axes = plt.subplots(len(clips), 1, figsize=(9, 2.6 * len(clips)), squeeze=False)
     for ax, clip in zip(axes[:, 0], clips):
         mine = [(k, r) for k, r in rows.items() if r["clip"] == clip]
         width = 0.8 / len(mine)
@@ -194,8 +194,8 @@ def survival_figure(results: dict, out: Path) -> Path | None:
             ax.bar(xs, [c["mean_policy_s"] for c in r["survival"]], width, label=r["policy"])
         ax.set_title(f"{clip}: episodes of {SURVIVAL_WINDOW_S:g} s started at each second of the segment", fontsize=9)
         ax.set_ylabel("mean s before a fall")
-        ax.set_ylim(0, SURVIVAL_WINDOW_S * 1.4)  # room for the legend above the bars
-        ax.legend(fontsize=8, loc="upper center", ncol=3)
+        ax.set_ylim(0, SURVIVAL_WINDOW_S * (1.25 + 0.1 * len(mine)))  # room for the legend above the bars
+        ax.legend(fontsize=7, loc="upper center", ncol=2)
     axes[-1, 0].set_xlabel("start, s into the segment")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
