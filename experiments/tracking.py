@@ -32,6 +32,7 @@ from eval.policy_eval import evaluate_policy
 from experiments.runs_common import save_row
 from motions.sources import SOURCE_SUFFIX, read_source, wheel_member
 from robots import g1
+from train.tracking import DEFAULT_WEIGHTS, TrackingConfig
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results" / "tracking.json"
@@ -93,8 +94,6 @@ def our_training(folder: Path) -> dict:
     if (run / "config.yaml").is_file():
         cfg = yaml.safe_load((run / "config.yaml").read_text())
         envs, steps = cfg["shac"]["num_envs"], cfg["shac"]["horizon"]
-        from train.tracking import DEFAULT_WEIGHTS
-
         changed = [(k, v) for k, v in (cfg["env"].get("tracking") or {}).get("weights") or []
                    if v != DEFAULT_WEIGHTS.get(k)]  # the reward weights the run changed
         weights = "; " + ", ".join(f"{k} {v:g}" for k, v in changed) if changed else ""
@@ -155,7 +154,7 @@ def measure(clip: str, policy: str, episodes: int, seed: int, artifact: Path | N
             "survival": survival, "date": dt.date.today().isoformat()}
 
 
-SURVIVAL_WINDOW_S = 2.0  # s: the training's episode window (env.tracking.window_s)
+SURVIVAL_WINDOW_S = TrackingConfig.window_s  # s: the tracking training's default episode window
 
 
 def survival_by_second(path: Path, first_frame: int, seconds: float, episodes: int, seed: int,
