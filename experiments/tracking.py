@@ -1,5 +1,5 @@
 """Whole-body tracking of clips: our policies (`make train MOTION=<clip>`, env.task = tracking) and, for the windows
-of the dance (`dance`, `dance_in_limits`), holosoma-inference 0.1.3's PPO and FastSAC graphs of the same retargeted
+of the dance (`dance`, `dance_in_limits`, `dance_calm`), holosoma-inference 0.1.3's PPO and FastSAC graphs of the same retargeted
 dance, evaluated by the same `make eval` on the same segment: each starts in its reference's state at the segment's first frame (eval.sim.reference_start;
 our clips begin with a lead-in from standing, holosoma's graph runs the whole 131 s dance) and runs the
 segment's seconds with eval's randomisation and push (no HOLD after: the segment ends mid-motion), measured

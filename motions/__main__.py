@@ -69,7 +69,7 @@ def _clip_or_window(args) -> int:
             print(W.write_clip_arrays(args.out, arrays, note={"source": args.source} if args.source else None))
             return 0
         w = W.best_window(arrays, args.seconds, W.MAX_TILT_DEG if args.max_tilt is None else args.max_tilt,
-                          args.max_torque)
+                          args.max_torque, calmest=args.calmest)
     except MotionError as e:
         print(f"error: {e}")
         return 2
@@ -109,13 +109,14 @@ def main(argv=None) -> int:
     cl.add_argument("src")
     cl.add_argument("out")
     cl.add_argument("--source", default="", help="where src comes from (package, licence), kept in the file's note")
-    wi = sub.add_parser("window", help="the window of a clip with the most whole-body motion whose pelvis tilt stays "
-                        "under the bound (motions/windows.py); print it, optionally write it")
+    wi = sub.add_parser("window", help="the window of a clip with the most (--calmest: the least) whole-body motion "
+                        "whose pelvis tilt stays under the bound (motions/windows.py); print it, optionally write it")
     wi.add_argument("src", help="a clip .npz or a tracking .onnx")
     wi.add_argument("--seconds", type=float, default=15.0)
     wi.add_argument("--max-tilt", type=float, default=None, help="deg (default motions.windows.MAX_TILT_DEG)")
     wi.add_argument("--max-torque", type=float, default=None, metavar="RATIO",
                     help="also keep the waist and arm torques the window needs <= RATIO x the motors' limits")
+    wi.add_argument("--calmest", action="store_true", help="the least active window instead of the most active")
     wi.add_argument("--out", help="an .npz (the window as a clip) or a <name>.source.yaml (built on first use)")
     wi.add_argument("--package", help="for a .source.yaml: the PyPI wheel holding src, NAME==VERSION")
     wi.add_argument("--member", help="for a .source.yaml: src's path inside that wheel")

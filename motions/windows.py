@@ -1,5 +1,5 @@
-"""Windows of a long clip: the measure of how much the whole body moves, the most active window that the
-safety gate's tilt allows, and the window written as a clip of its own.
+"""Windows of a long clip: the measure of how much the whole body moves, the most active (or the calmest)
+window that the safety gate's tilt allows, and the window written as a clip of its own.
 
     arrays = read_clip_arrays(path)                       # npz (BeyondMimic / mjlab / holosoma) or tracking .onnx
     w = best_window(arrays, seconds=15.0, max_tilt_deg=MAX_TILT_DEG)
@@ -117,6 +117,7 @@ class Window:
     torque_bound: float | None = None  # the upper-body torque / limit bound it was chosen under (None: none)
     max_torque_ratio: float | None = None  # the window's largest upper-body torque / limit (with a bound)
     excluded_by_torque: int = 0  # windows the tilt bound allows and the torque bound excludes
+    calmest: bool = False  # chosen as the least active window (else the most active)
 
     @property
     def start_s(self) -> float:
@@ -128,7 +129,8 @@ class Window:
 
     def record(self) -> dict:
         """The choice as the motion's source file states it."""
-        return {"measure": "mean over the window's frames of RMS_j(joint velocity) [rad/s] + |pelvis linear "
+        return {"choice": "the least active window" if self.calmest else "the most active window",
+                "measure": "mean over the window's frames of RMS_j(joint velocity) [rad/s] + |pelvis linear "
                            "velocity| [m/s] + |pelvis angular velocity| [rad/s] (motions.windows.activity)",
                 "score": round(self.score, 4), "start_s": round(self.start_s, 4), "seconds": round(self.seconds, 4),
                 "max_pelvis_tilt_deg": round(self.max_tilt_deg, 2), "tilt_bound_deg": self.tilt_bound_deg,
@@ -156,10 +158,11 @@ def torque_ratio(arrays: dict) -> np.ndarray:
 
 
 def best_window(arrays: dict, seconds: float, max_tilt_deg: float = MAX_TILT_DEG,
-                max_torque_ratio: float | None = None) -> Window:
-    """The window of `seconds` (every start frame tried) with the highest mean activity among those whose
-    pelvis tilt stays <= max_tilt_deg (and, with max_torque_ratio, whose upper-body torque / limit stays <= it);
-    the earliest on a tie. MotionError when the clip is shorter or no window passes the bounds."""
+                max_torque_ratio: float | None = None, calmest: bool = False) -> Window:
+    """The window of `seconds` (every start frame tried) with the highest mean activity (with `calmest`: the
+    lowest) among those whose pelvis tilt stays <= max_tilt_deg (and, with max_torque_ratio, whose upper-body
+    torque / limit stays <= it); the earliest on a tie. MotionError when the clip is shorter or no window passes
+    the bounds."""
     fps = float(arrays["fps"])
     n = int(round(seconds * fps)) + 1
     T = arrays["joint_pos"].shape[0]
@@ -184,13 +187,14 @@ def best_window(arrays: dict, seconds: float, max_tilt_deg: float = MAX_TILT_DEG
                               f"torques <= {max_torque_ratio} x their limits (least: {wtau[ok].min():.2f})")
         torque = {"excluded_by_torque": int((ok & ~ok_tau).sum()), "torque_bound": float(max_torque_ratio)}
         ok = ok_tau
-    k = int(np.argmax(np.where(ok, score, -np.inf)))
+    k = int(np.argmin(np.where(ok, score, np.inf))) if calmest else int(np.argmax(np.where(ok, score, -np.inf)))
     if torque:
         torque["max_torque_ratio"] = float(wtau[k])
     return Window(start=k, frames=n, fps=fps, score=float(score[k]), max_tilt_deg=float(wtilt[k]),
                   candidates=int(ok.sum()), excluded=tilted, clip_frames=T,
                   clip_best_score=float(score.max()), tilt_bound_deg=float(max_tilt_deg),
-                  parts=tuple(float(x) for x in activity_parts(arrays["joint_vel"][k:k + n]).mean(axis=0)), **torque)
+                  parts=tuple(float(x) for x in activity_parts(arrays["joint_vel"][k:k + n]).mean(axis=0)),
+                  calmest=calmest, **torque)
 
 
 def cut(arrays: dict, start: int, frames: int) -> dict:

@@ -42,9 +42,9 @@ def test_termination_trend_by_hand():
 
 
 def test_holosomas_graphs_run_the_windows_of_their_own_dance_only():
-    """Both dance windows name the PPO graph of holosoma-inference 0.1.3 as their source; the box lift and the
+    """The three dance windows name the PPO graph of holosoma-inference 0.1.3 as their source; the box lift and the
     jump are committed clips without one."""
-    assert tracking.of_holosomas_dance("dance") and tracking.of_holosomas_dance("dance_in_limits")
+    assert all(tracking.of_holosomas_dance(c) for c in ("dance", "dance_in_limits", "dance_calm"))
     assert not tracking.of_holosomas_dance("box_lift") and not tracking.of_holosomas_dance("jump")
     with pytest.raises(SystemExit):  # refused before anything is evaluated
         tracking.main(["--clip", "box_lift", "--policy", "ppo"])

@@ -53,6 +53,19 @@ def test_best_window_is_the_most_active_one_the_tilt_bound_allows():
     assert W.MAX_TILT_DEG < math.degrees(__import__("safety.limits", fromlist=["TILT_LIMIT"]).TILT_LIMIT)
 
 
+def test_the_calmest_window_is_the_least_active_one_the_tilt_bound_allows():
+    a = _still(501)
+    a["joint_vel"][:, 6:] = 2.0  # activity 2 everywhere but
+    a["joint_vel"][200:251, 6:] = 0.5  # frames 200..250: activity 0.5
+    a["joint_vel"][400:451, 6:] = 0.1  # frames 400..450: activity 0.1, but tilted 45 deg
+    a["joint_pos"][400:451, 3:7] = [math.cos(math.radians(22.5)), math.sin(math.radians(22.5)), 0.0, 0.0]
+    w = W.best_window(a, seconds=1.0, max_tilt_deg=40.0, calmest=True)
+    assert (w.start, w.frames) == (200, 51) and w.score == pytest.approx(0.5) and w.calmest
+    assert w.record()["choice"] == "the least active window"
+    assert W.best_window(a, seconds=1.0, max_tilt_deg=50.0, calmest=True).start == 400
+    assert W.best_window(a, seconds=1.0).record()["choice"] == "the most active window"
+
+
 def test_the_torque_bound_excludes_a_window_the_arms_cannot_move():
     """A shoulder swung 1 rad at 8 Hz needs ~1 rad * (2 pi 8 Hz)^2 = 2500 rad/s^2 of the arm: hundreds of N m
     against a 25 N m limit; a smooth 1 Hz raise and lower of 0.5 rad needs ~20 rad/s^2 and the arm's weight. The fast window is the
@@ -141,7 +154,7 @@ def test_dance_source_file():
     assert src.package == "holosoma-inference==0.1.3" and src.member.endswith("ppo_g1_29dof_dancing.onnx")
     assert src.window.frames == 751  # 15 s at 50 Hz, both ends included
     assert src.selection["seconds"] == 15.0 and src.selection["max_pelvis_tilt_deg"] <= W.MAX_TILT_DEG
-    assert {"dance", "dance_in_limits", "box_lift"} <= set(M.available_motions())
+    assert {"dance", "dance_in_limits", "dance_calm", "box_lift"} <= set(M.available_motions())
 
 
 def test_source_file_errors_name_the_file(tmp_path):
@@ -188,3 +201,16 @@ def test_dance_in_limits_is_the_most_active_15_s_within_the_torque_limits():
     assert (w.start, w.frames) == (src.window.start_frame, src.window.frames) and m.duration == pytest.approx(19.0)
     assert w.max_torque_ratio == pytest.approx(src.selection["max_upper_torque_ratio"], abs=1e-3)
     assert upper_torque_ratio(m)["peak"] <= 1.0 < upper_torque_ratio(M.load_motion("dance"))["peak"]
+
+
+@pytest.mark.network
+def test_dance_calm_is_the_least_active_15_s_within_the_torque_limits():
+    """The calm end of the same dance: the window motions.windows picks as the least active under the same tilt
+    and torque bounds; it moves less than half as much as dance_in_limits."""
+    m, src, clip = _built_from_the_wheel("dance_calm")
+    assert src.selection["choice"] == "the least active window"
+    w = W.best_window(clip, 15.0, max_torque_ratio=src.selection["upper_torque_bound"], calmest=True)
+    assert (w.start, w.frames) == (src.window.start_frame, src.window.frames) and m.duration == pytest.approx(19.0)
+    assert w.score == pytest.approx(src.selection["score"], abs=1e-4)
+    busy = S.read_source(M.MOTIONS_DIR / "dance_in_limits.source.yaml").selection["score"]
+    assert w.score < 0.5 * busy
