@@ -32,6 +32,7 @@ from eval.policy_eval import evaluate_policy
 from experiments.runs_common import save_row
 from motions.sources import SOURCE_SUFFIX, read_source, wheel_member
 from robots import g1
+from train.config import preset
 from train.tracking import DEFAULT_WEIGHTS, TrackingConfig
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,6 +97,9 @@ def our_training(folder: Path) -> dict:
         envs, steps = cfg["shac"]["num_envs"], cfg["shac"]["horizon"]
         changed = [(k, v) for k, v in (cfg["env"].get("tracking") or {}).get("weights") or []
                    if v != DEFAULT_WEIGHTS.get(k)]  # the reward weights the run changed
+        base = preset(cfg["preset"]).to_dict()["shac"]  # the SHAC settings the run changed from its preset's
+        changed += [(k, v) for k, v in cfg["shac"].items()
+                    if k not in ("iterations", "num_envs", "horizon") and v != base.get(k)]
         weights = "; " + ", ".join(f"{k} {v:g}" for k, v in changed) if changed else ""
     it = int(prov["iterations"])
     wall = prov.get("wall_time_s")

@@ -66,3 +66,28 @@ def test_survival_only_needs_a_measured_row(tmp_path, monkeypatch):
     (tmp_path / "tracking.json").write_text('{"rows": {}}')
     with pytest.raises(SystemExit):
         tracking.main(["--clip", "dance", "--survival-only"])
+
+
+def test_a_rows_label_names_the_weights_and_shac_settings_its_run_changed(tmp_path):
+    """The row of a run trained with two reward weights at 0 and gamma 0.99 says so; the preset's own run says
+    nothing more than algorithm and contact. Samples: iterations x envs x horizon."""
+    import yaml
+
+    from train.config import preset, save_config
+
+    def row(overrides, name):
+        run = tmp_path / name
+        run.mkdir()
+        save_config(run, preset("cpu").with_overrides(overrides))
+        art = tmp_path / f"{name}_policy"
+        art.mkdir()
+        (art / "policy.yaml").write_text(yaml.safe_dump({"provenance": {
+            "algorithm": "shac+bcg", "contact": "mjx", "iterations": 10, "run": str(run)}}))
+        return tracking.our_training(art)
+
+    changed = row({"env": {"task": "tracking", "tracking": {"weights": [["joint_pos", 0.0], ["residual", 0.0]]}},
+                   "shac": {"gamma": 0.99}}, "changed")
+    assert changed["label"] == "ours (shac+bcg, mjx contact; joint_pos 0, residual 0, gamma 0.99)"
+    cpu = preset("cpu").shac
+    assert changed["samples"] == 10 * cpu.num_envs * cpu.horizon
+    assert row({"env": {"task": "tracking"}}, "plain")["label"] == "ours (shac+bcg, mjx contact)"
