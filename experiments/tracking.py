@@ -207,15 +207,28 @@ def survival_figure(results: dict, out: Path) -> Path | None:
     return out
 
 
+def survival_summary(row: dict) -> tuple[int, int, float] | None:
+    """(falls, episodes, mean s before a fall or the window's end) over the survival map's full windows (those
+    that start at least SURVIVAL_WINDOW_S before the segment's end); None without a map."""
+    full = [s for s in row.get("survival") or [] if s["start_s"] + SURVIVAL_WINDOW_S <= row["seconds"] + 1e-9]
+    if not full:
+        return None
+    return (sum(s["falls"] for s in full), sum(s["episodes"] for s in full),
+            sum(s["mean_policy_s"] for s in full) / len(full))
+
+
 def render_tracking_table(results: dict) -> str:
     def f(v, fmt):
         return "-" if v is None else fmt.format(v)
 
-    rows = ["| clip | policy | policy input | segment (start frame, s) | falls (safety tilt trips) | body position error "
-            "cm (worst s) | joint RMS rad | anchor ori rad | whole clip from standing: falls, stood at end; dry run | training "
-            "samples | training wall min |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [f"| clip | policy | policy input | segment (start frame, s) | falls (safety tilt trips) | body position error "
+            "cm (worst s) | joint RMS rad | anchor ori rad | {SURVIVAL_WINDOW_S:g} s from each second: falls, mean s | whole "
+            "clip from standing: falls, stood at end; dry run | training samples | training wall min |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    order = {}
     for r in results["rows"].values():
+        order.setdefault(r["clip"], len(order))
+    for r in sorted(results["rows"].values(), key=lambda r: order[r["clip"]]):  # a clip's rows together
         t, w = r["training"], r.get("whole_clip")
         whole = "-"
         if w:
@@ -223,10 +236,12 @@ def render_tracking_table(results: dict) -> str:
             ev = "; ".join(e.split(":")[0] for e in d.get("safety_events") or []) or "no safety events"
             whole = (f"{w['falls']}/{w['episodes']}, {w['stood_at_end']}/{w['episodes']}; dry run: "
                      f"{d.get('final_state', '-')} ({ev})")
+        sv = survival_summary(r)
+        surv = "-" if sv is None else f"{sv[0]}/{sv[1]}, {sv[2]:.2f}"
         rows.append(f"| {r['clip']} | {r['policy']} | {r.get('policy_input', 'true state')} | {r['start_frame']}, "
                     f"{r['seconds']:g} | {r['falls']}/{r['episodes']} ({r.get('tilt_tripped', '-')}) | "
                     f"{f(r['body_pos_err_cm'], '{:.1f}')} ({f(r['body_pos_err_worst_s_cm'], '{:.1f}')}) | "
-                    f"{f(r['joint_rms_rad'], '{:.3f}')} | {f(r['anchor_ori_err_rad'], '{:.3f}')} | {whole} | "
+                    f"{f(r['joint_rms_rad'], '{:.3f}')} | {f(r['anchor_ori_err_rad'], '{:.3f}')} | {surv} | {whole} | "
                     f"{f(t['samples'], '{:.3g}')} | {f(t['wall_min'], '{:.0f}')} |")
     return "\n".join(rows)
 

@@ -91,3 +91,12 @@ def test_a_rows_label_names_the_weights_and_shac_settings_its_run_changed(tmp_pa
     cpu = preset("cpu").shac
     assert changed["samples"] == 10 * cpu.num_envs * cpu.horizon
     assert row({"env": {"task": "tracking"}}, "plain")["label"] == "ours (shac+bcg, mjx contact)"
+
+
+def test_survival_summary_counts_the_full_windows_only():
+    """A 15 s segment, 2 s windows: starts 0..13 are full, 14 runs 1 s and is left out."""
+    row = {"seconds": 15.0, "survival": [{"start_s": 0, "falls": 5, "episodes": 5, "mean_policy_s": 1.0},
+                                         {"start_s": 13, "falls": 0, "episodes": 5, "mean_policy_s": 2.0},
+                                         {"start_s": 14, "falls": 0, "episodes": 5, "mean_policy_s": 1.0}]}
+    assert tracking.survival_summary(row) == (5, 10, 1.5)
+    assert tracking.survival_summary({"seconds": 15.0, "survival": None}) is None
