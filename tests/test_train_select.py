@@ -3,8 +3,8 @@ tests/test_train_pipeline.py::test_selection_exports_the_best_evaluated_candidat
 from train.select import best, rank
 
 
-def row(it, falls, stood=20, track=5.0):
-    return {"iteration": it, "falls": falls, "stood_at_end": stood, "tracking_error_cm": track}
+def row(it, falls, stood=20, track=5.0, fell_at=None):
+    return {"iteration": it, "falls": falls, "stood_at_end": stood, "tracking_error_cm": track, "mean_fell_at_s": fell_at}
 
 
 def test_rank_is_falls_then_standing_then_tracking_then_the_later_iteration():
@@ -23,3 +23,9 @@ def test_select_every_must_be_a_multiple_of_the_checkpoint_interval(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--motion", "hop", "--select-every", "30"])
     assert e.value.code == 2 and "use a multiple of 25" in capsys.readouterr().err
+
+
+def test_among_candidates_that_all_fall_the_latest_fall_wins_before_the_tracking_error():
+    rows = [row(250, 10, 0, 8.6, 1.60), row(500, 10, 0, 9.9, 2.40), row(750, 10, 0, 8.1, 1.70), row(1000, 9, 0, 12.0, 3.0)]
+    assert [r["iteration"] for r in sorted(rows, key=rank)] == [1000, 500, 750, 250]
+    assert best(rows[:3])["iteration"] == 500  # by the error alone: 750

@@ -6,8 +6,9 @@ iteration 475, 0/20 at 825 and 14/20 at 1025 while its reward rose, and the forw
 starts `python -m eval` on it in a subprocess (C MuJoCo and onnxruntime, no jax; it runs while the training
 goes on, on whichever core is free), with eval seed SEED, not `make eval`'s 0: the figures reported for the
 exported policy are then not the ones it was chosen by. At the end the final policy is evaluated too, the best
-candidate by `rank` (fewest falls, then most standing at the end, then the lowest tracking error; a tie goes to
-the later iteration) is exported to the usual place, and run/select/select.json lists every candidate.
+candidate by `rank` (fewest falls, then most standing at the end, then the latest mean time of the falls, then the
+lowest tracking error; a tie goes to the later iteration: among policies that all fall, as a tracking policy early
+in its training does from standing, the one that stays up longest) is exported to the usual place, and run/select/select.json lists every candidate.
 """
 from __future__ import annotations
 
@@ -29,9 +30,10 @@ SEED = 1000  # the selection's eval seed: `make eval` reports on seed 0
 def rank(row: dict) -> tuple:
     """The sort key of an evaluated candidate (lower is better); a failed evaluation ranks last."""
     if row.get("falls") is None:
-        return (float("inf"), 0, float("inf"), -row["iteration"])
+        return (float("inf"), 0, 0.0, float("inf"), -row["iteration"])
     err = row["tracking_error_cm"]
-    return (row["falls"], -row["stood_at_end"], err if err == err else float("inf"), -row["iteration"])
+    return (row["falls"], -row["stood_at_end"], -(row.get("mean_fell_at_s") or 0.0), err if err == err else float("inf"),
+            -row["iteration"])
 
 
 def best(rows: list[dict]) -> dict:
@@ -104,6 +106,8 @@ class Selector:
             figs["tracking_error_cm"] = ev["tracking"].get("body_pos_err_cm")
         if figs["tracking_error_cm"] is None:
             figs["tracking_error_cm"] = float("nan")
+        fell = [e["fell_at_s"] for e in ev.get("per_episode", []) if e.get("fell")]
+        figs["mean_fell_at_s"] = float(np.mean(fell)) if fell else None  # s into the episode; None: none fell
         return figs | {"eval_json": repo_relative(lines[-1])}
 
     def finish(self, iteration: int, actor, obs_norm, export) -> tuple[dict, tuple]:
@@ -113,7 +117,8 @@ class Selector:
             self.candidate(iteration, actor, obs_norm, export)
         self._reap(wait=True)
         pick = best(self.rows)
-        out = {"rule": "fewest falls, then most standing at the end, then lowest tracking error; ties: later",
+        out = {"rule": "fewest falls, then most standing at the end, then the latest mean fall, then lowest tracking "
+                       "error; ties: later",
                "eval_seed": self.seed, "episodes": self.episodes, "selected_iteration": pick["iteration"],
                "candidates": sorted(self.rows, key=lambda r: r["iteration"])}
         self.root.mkdir(parents=True, exist_ok=True)
