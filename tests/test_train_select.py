@@ -29,3 +29,25 @@ def test_among_candidates_that_all_fall_the_latest_fall_wins_before_the_tracking
     rows = [row(250, 10, 0, 8.6, 1.60), row(500, 10, 0, 9.9, 2.40), row(750, 10, 0, 8.1, 1.70), row(1000, 9, 0, 12.0, 3.0)]
     assert [r["iteration"] for r in sorted(rows, key=rank)] == [1000, 500, 750, 250]
     assert best(rows[:3])["iteration"] == 500  # by the error alone: 750
+
+
+def test_reselect_reranks_a_runs_candidates_from_their_eval_files(tmp_path):
+    """Two candidates that both fall twice: the one whose falls come later is chosen, whatever the old choice."""
+    import json
+
+    from train.select import main, reselect
+
+    cands = []
+    for it, fell_at, err in ((100, (1.0, 1.2), 5.0), (200, (2.0, 2.4), 7.0)):
+        ev = tmp_path / f"eval{it}.json"
+        ev.write_text(json.dumps({"episodes": 3, "falls": 2, "stood_at_end": 1, "tracking_error_cm": err,
+                                  "per_episode": [{"fell": True, "fell_at_s": t} for t in fell_at] + [{"fell": False}]}))
+        cands.append({"iteration": it, "artifact": f"select/it{it}/hop", "eval_json": str(ev)})
+    cands.append({"iteration": 300, "artifact": "select/it300/hop", "falls": None, "error": "python -m eval exited 2"})
+    (tmp_path / "select").mkdir()
+    (tmp_path / "select" / "select.json").write_text(json.dumps({"selected_iteration": 100, "candidates": cands}))
+    out = reselect(tmp_path)
+    assert out["selected_iteration"] == 200 and "latest mean fall" in out["rule"]
+    assert [c["mean_fell_at_s"] for c in out["candidates"][:2]] == [1.1, 2.2] and out["candidates"][2]["falls"] is None
+    assert json.loads((tmp_path / "select" / "select.json").read_text())["selected_iteration"] == 200
+    assert main([str(tmp_path)]) == 0 and main([str(tmp_path / "none")]) == 2

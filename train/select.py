@@ -24,7 +24,9 @@ import numpy as np
 
 from train.export import repo_relative
 
+REPO = Path(__file__).resolve().parent.parent
 SEED = 1000  # the selection's eval seed: `make eval` reports on seed 0
+RULE = "fewest falls, then most standing at the end, then the latest mean fall, then lowest tracking error; ties: later"
 
 
 def rank(row: dict) -> tuple:
@@ -98,17 +100,7 @@ class Selector:
         lines = log.read_text().strip().splitlines()
         if code != 0 or not lines or not lines[-1].endswith("eval.json"):
             return {"falls": None, "error": f"python -m eval exited {code}; see {log}"}
-        ev = json.loads(Path(lines[-1]).read_text())
-        keep = ("episodes", "falls", "stood_at_end", "tracking_error_cm", "apex_foot_clearance_m", "flight_time_s",
-                "pelvis_apex_rise_m", "forward_displacement_m")
-        figs = {k: ev.get(k) for k in keep}
-        if figs["tracking_error_cm"] is None and ev.get("tracking"):  # tracking policies: body-position error
-            figs["tracking_error_cm"] = ev["tracking"].get("body_pos_err_cm")
-        if figs["tracking_error_cm"] is None:
-            figs["tracking_error_cm"] = float("nan")
-        fell = [e["fell_at_s"] for e in ev.get("per_episode", []) if e.get("fell")]
-        figs["mean_fell_at_s"] = float(np.mean(fell)) if fell else None  # s into the episode; None: none fell
-        return figs | {"eval_json": repo_relative(lines[-1])}
+        return figures(Path(lines[-1]))
 
     def finish(self, iteration: int, actor, obs_norm, export) -> tuple[dict, tuple]:
         """Evaluates the final policy (unless it already is a candidate), waits for every evaluation, writes
@@ -117,8 +109,7 @@ class Selector:
             self.candidate(iteration, actor, obs_norm, export)
         self._reap(wait=True)
         pick = best(self.rows)
-        out = {"rule": "fewest falls, then most standing at the end, then the latest mean fall, then lowest tracking "
-                       "error; ties: later",
+        out = {"rule": RULE,
                "eval_seed": self.seed, "episodes": self.episodes, "selected_iteration": pick["iteration"],
                "candidates": sorted(self.rows, key=lambda r: r["iteration"])}
         self.root.mkdir(parents=True, exist_ok=True)
@@ -126,5 +117,68 @@ class Selector:
         return pick, self.params[pick["iteration"]]
 
 
+def figures(eval_json: Path) -> dict:
+    """A candidate's figures from its eval.json."""
+    ev = json.loads(Path(eval_json).read_text())
+    keep = ("episodes", "falls", "stood_at_end", "tracking_error_cm", "apex_foot_clearance_m", "flight_time_s",
+            "pelvis_apex_rise_m", "forward_displacement_m")
+    figs = {k: ev.get(k) for k in keep}
+    if figs["tracking_error_cm"] is None and ev.get("tracking"):  # tracking policies: body-position error
+        figs["tracking_error_cm"] = ev["tracking"].get("body_pos_err_cm")
+    if figs["tracking_error_cm"] is None:
+        figs["tracking_error_cm"] = float("nan")
+    fell = [e["fell_at_s"] for e in ev.get("per_episode", []) if e.get("fell")]
+    figs["mean_fell_at_s"] = float(np.mean(fell)) if fell else None  # s into the episode; None: none fell
+    return figs | {"eval_json": repo_relative(eval_json)}
+
+
 def _plain(v):
     return v.tolist() if isinstance(v, np.ndarray) else float(v)
+
+
+def reselect(run_dir: Path) -> dict:
+    """A finished run's selection again by the current `rank`, from its candidates' eval.json files (no
+    evaluation): rewrites select/select.json and returns it. The chosen candidate's artifact is the one its
+    `artifact` names (select/it<N>/<motion>)."""
+    root = Path(run_dir) / "select"
+    old = json.loads((root / "select.json").read_text())
+    rows = []
+    for r in old["candidates"]:
+        ev = r.get("eval_json")
+        keep = {k: r[k] for k in ("iteration", "artifact")}
+        if ev:
+            keep |= figures(Path(ev) if Path(ev).is_absolute() else REPO / ev)
+        else:
+            keep |= {"falls": None, "error": r.get("error", "no evaluation")}
+        rows.append(keep)
+    pick = best(rows)
+    out = old | {"rule": RULE, "selected_iteration": pick["iteration"], "candidates": rows}
+    (root / "select.json").write_text(json.dumps(out, indent=1, default=_plain))
+    return out
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m train.select", description="Re-rank a finished run's selection "
+                                 "candidates by the current rule (their evaluations as they are; nothing re-run).")
+    ap.add_argument("run", help="the run folder runs/<motion>/<stamp>")
+    args = ap.parse_args(argv)
+    if not (Path(args.run) / "select" / "select.json").is_file():
+        print(f"error: {args.run} has no select/select.json (trained without --select-every)")
+        return 2
+    out = reselect(Path(args.run))
+    pick = next(r for r in out["candidates"] if r["iteration"] == out["selected_iteration"])
+    for r in out["candidates"]:
+        if r.get("falls") is None:
+            print(f"iteration {r['iteration']}: {r.get('error')}")
+            continue
+        fell = "-" if r["mean_fell_at_s"] is None else f"{r['mean_fell_at_s']:.2f} s"
+        print(f"iteration {r['iteration']}: {r['falls']}/{r['episodes']} falls (mean at {fell}), {r['stood_at_end']} "
+              f"standing, tracking {r['tracking_error_cm']:.1f} cm")
+    print(f"selected iteration {pick['iteration']}: {pick['artifact']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
