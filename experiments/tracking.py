@@ -1,8 +1,8 @@
 """Whole-body tracking of clips: our policies (`make train MOTION=<clip>`, env.task = tracking) and, for the windows
-of the dance (`dance`, `dance_in_limits`, `dance_calm`), holosoma-inference 0.1.3's PPO and FastSAC graphs of the same retargeted
-dance, evaluated by the same `make eval` on the same segment: each starts in its reference's state at the segment's first frame (eval.sim.reference_start;
-our clips begin with a lead-in from standing, holosoma's graph runs the whole 131 s dance) and runs the
-segment's seconds with eval's randomisation and push (no HOLD after: the segment ends mid-motion), measured
+of the dance (`dance`, `dance_in_limits`, `dance_calm`), holosoma-inference 0.1.3's PPO and FastSAC graphs of the
+same retargeted dance, evaluated by the same `make eval` on the same segment: each starts in its reference's
+state at the segment's first frame (eval.sim.reference_start; our clips begin with a lead-in from standing,
+holosoma's graph runs the whole 131 s dance) and runs the segment's seconds with eval's randomisation and push (no HOLD after: the segment ends mid-motion), measured
 against its own reference (the same clip). The survival map (`survival_by_second`, docs/tracking_survival.png)
 starts short episodes at every second of the segment: where a policy fails, each part of the clip on its own.
 Our policies also run the whole clip as the robot runs it: from

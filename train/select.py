@@ -6,9 +6,10 @@ iteration 475, 0/20 at 825 and 14/20 at 1025 while its reward rose, and the forw
 starts `python -m eval` on it in a subprocess (C MuJoCo and onnxruntime, no jax; it runs while the training
 goes on, on whichever core is free), with eval seed SEED, not `make eval`'s 0: the figures reported for the
 exported policy are then not the ones it was chosen by. At the end the final policy is evaluated too, the best
-candidate by `rank` (fewest falls, then most standing at the end, then the latest mean time of the falls, then the
-lowest tracking error; a tie goes to the later iteration: among policies that all fall, as a tracking policy early
-in its training does from standing, the one that stays up longest) is exported to the usual place, and run/select/select.json lists every candidate.
+candidate by `rank` (fewest falls, then most standing at the end, then the latest mean time of the falls, then
+the lowest tracking error; a tie goes to the later iteration: among policies that all fall, as a tracking policy
+early in its training does from standing, the one that stays up longest) is exported to the usual place, and
+run/select/select.json lists every candidate. `python -m train.select RUN` ranks a finished run's candidates again.
 """
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ def rank(row: dict) -> tuple:
     if row.get("falls") is None:
         return (float("inf"), 0, 0.0, float("inf"), -row["iteration"])
     err = row["tracking_error_cm"]
-    return (row["falls"], -row["stood_at_end"], -(row.get("mean_fell_at_s") or 0.0), err if err == err else float("inf"),
-            -row["iteration"])
+    later = row.get("mean_fell_at_s") or 0.0
+    return (row["falls"], -row["stood_at_end"], -later, err if err == err else float("inf"), -row["iteration"])
 
 
 def best(rows: list[dict]) -> dict:
