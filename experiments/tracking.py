@@ -20,6 +20,7 @@ states it. `render_tracking_table` renders the table of docs/experiments.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -95,12 +96,17 @@ def our_training(folder: Path) -> dict:
     if (run / "config.yaml").is_file():
         cfg = yaml.safe_load((run / "config.yaml").read_text())
         envs, steps = cfg["shac"]["num_envs"], cfg["shac"]["horizon"]
-        changed = [(k, v) for k, v in (cfg["env"].get("tracking") or {}).get("weights") or []
+        tracking = cfg["env"].get("tracking") or {}
+        changed = [(k, v) for k, v in tracking.get("weights") or []
                    if v != DEFAULT_WEIGHTS.get(k)]  # the reward weights the run changed
+        default = dataclasses.asdict(TrackingConfig())  # its other tracking settings (window_s, sigmas, ...)
+        changed += [(k, v) for k, v in tracking.items()
+                    if k != "weights" and not isinstance(v, list) and v != default.get(k)]
         base = preset(cfg["preset"]).to_dict()["shac"]  # the SHAC settings the run changed from its preset's
         changed += [(k, v) for k, v in cfg["shac"].items()
                     if k not in ("iterations", "num_envs", "horizon") and v != base.get(k)]
-        weights = "; " + ", ".join(f"{k} {v:g}" for k, v in changed) if changed else ""
+        weights = "; " + ", ".join(f"{k} {v:g}" if isinstance(v, (int, float)) else f"{k} {v}" for k, v in changed) \
+            if changed else ""
     it = int(prov["iterations"])
     wall = prov.get("wall_time_s")
     terms, ends = {}, {}

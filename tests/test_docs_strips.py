@@ -69,7 +69,7 @@ def test_survival_only_needs_a_measured_row(tmp_path, monkeypatch):
 
 
 def test_a_rows_label_names_the_weights_and_shac_settings_its_run_changed(tmp_path):
-    """The row of a run trained with two reward weights at 0 and gamma 0.99 says so; the preset's own run says
+    """The row of a run trained with two reward weights at 0, 6 s windows and gamma 0.99 says so; the preset's own run says
     nothing more than algorithm and contact. Samples: iterations x envs x horizon."""
     import yaml
 
@@ -85,9 +85,10 @@ def test_a_rows_label_names_the_weights_and_shac_settings_its_run_changed(tmp_pa
             "algorithm": "shac+bcg", "contact": "mjx", "iterations": 10, "run": str(run)}}))
         return tracking.our_training(art)
 
-    changed = row({"env": {"task": "tracking", "tracking": {"weights": [["joint_pos", 0.0], ["residual", 0.0]]}},
+    changed = row({"env": {"task": "tracking", "tracking": {"weights": [["joint_pos", 0.0], ["residual", 0.0]],
+                                                            "window_s": 6.0}},
                    "shac": {"gamma": 0.99}}, "changed")
-    assert changed["label"] == "ours (shac+bcg, mjx contact; joint_pos 0, residual 0, gamma 0.99)"
+    assert changed["label"] == "ours (shac+bcg, mjx contact; joint_pos 0, residual 0, window_s 6, gamma 0.99)"
     cpu = preset("cpu").shac
     assert changed["samples"] == 10 * cpu.num_envs * cpu.horizon
     assert row({"env": {"task": "tracking"}}, "plain")["label"] == "ours (shac+bcg, mjx contact)"
