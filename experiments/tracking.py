@@ -2,9 +2,10 @@
 of the dance (`dance`, `dance_in_limits`, `dance_calm`), holosoma-inference 0.1.3's PPO and FastSAC graphs of the
 same retargeted dance, evaluated by the same `make eval` on the same segment: each starts in its reference's
 state at the segment's first frame (eval.sim.reference_start; our clips begin with a lead-in from standing,
-holosoma's graph runs the whole 131 s dance) and runs the segment's seconds with eval's randomisation and push (no HOLD after: the segment ends mid-motion), measured
-against its own reference (the same clip). The survival map (`survival_by_second`, docs/tracking_survival.png)
-starts short episodes at every second of the segment: where a policy fails, each part of the clip on its own.
+holosoma's graph runs the whole 131 s dance) and runs the segment's seconds with eval's randomisation and push
+(no HOLD after: the segment ends mid-motion), measured against its own reference (the same clip). The survival
+map (`survival_by_second`, docs/tracking_survival.png) starts short episodes at every second of the segment:
+where a policy fails, each part of the clip on its own.
 Our policies also run the whole clip as the robot runs it: from
 standing at frame 0 through the lead-in, the segment and the lead-out, then the 1.5 s HOLD ("stood at end"),
 in eval and in one real-time dry run on the sim bridge (`make deploy ROBOT=sim POLICY=...`).
@@ -85,6 +86,18 @@ def holosoma_training(path: Path) -> dict:
             "note": f"configured: {it} iterations x {envs} envs x {steps} steps (experiment_config); wall time not stated"}
 
 
+def changed_settings(cfg: dict) -> list[tuple[str, object]]:
+    """(name, value) of what a run's config.yaml changed: tracking reward weights, other scalar tracking settings
+    (window_s, sigmas, ...) and SHAC settings against its preset's (the batch shape and length left out)."""
+    tracking = cfg["env"].get("tracking") or {}
+    out = [(k, v) for k, v in tracking.get("weights") or [] if v != DEFAULT_WEIGHTS.get(k)]
+    default = dataclasses.asdict(TrackingConfig())
+    out += [(k, v) for k, v in tracking.items() if k != "weights" and not isinstance(v, list) and v != default.get(k)]
+    base = preset(cfg["preset"]).to_dict()["shac"]
+    return out + [(k, v) for k, v in cfg["shac"].items()
+                  if k not in ("iterations", "num_envs", "horizon") and v != base.get(k)]
+
+
 def our_training(folder: Path) -> dict:
     prov = yaml.safe_load((folder / "policy.yaml").read_text())["provenance"]
     if prov.get("untrained"):  # train.export --zero-residual: no training of its own
@@ -92,20 +105,12 @@ def our_training(folder: Path) -> dict:
                 "note": f"untrained: {prov['untrained']} (the actor of {prov.get('run')})"}
     run = REPO / prov.get("run", "")
     envs = steps = None
-    weights = ""
+    suffix = ""
     if (run / "config.yaml").is_file():
         cfg = yaml.safe_load((run / "config.yaml").read_text())
         envs, steps = cfg["shac"]["num_envs"], cfg["shac"]["horizon"]
-        tracking = cfg["env"].get("tracking") or {}
-        changed = [(k, v) for k, v in tracking.get("weights") or []
-                   if v != DEFAULT_WEIGHTS.get(k)]  # the reward weights the run changed
-        default = dataclasses.asdict(TrackingConfig())  # its other tracking settings (window_s, sigmas, ...)
-        changed += [(k, v) for k, v in tracking.items()
-                    if k != "weights" and not isinstance(v, list) and v != default.get(k)]
-        base = preset(cfg["preset"]).to_dict()["shac"]  # the SHAC settings the run changed from its preset's
-        changed += [(k, v) for k, v in cfg["shac"].items()
-                    if k not in ("iterations", "num_envs", "horizon") and v != base.get(k)]
-        weights = "; " + ", ".join(f"{k} {v:g}" if isinstance(v, (int, float)) else f"{k} {v}" for k, v in changed) \
+        changed = changed_settings(cfg)
+        suffix = "; " + ", ".join(f"{k} {v:g}" if isinstance(v, (int, float)) else f"{k} {v}" for k, v in changed) \
             if changed else ""
     it = int(prov["iterations"])
     wall = prov.get("wall_time_s")
@@ -121,7 +126,7 @@ def our_training(folder: Path) -> dict:
     return {"samples": it * envs * steps if envs and steps else None,
             "wall_min": round(wall / 60, 1) if wall else None, "reward_terms_last100": terms,
             "terminations_per_step": ends,
-            "label": f"ours ({prov['algorithm']}, {prov.get('contact', '?')} contact{weights})",
+            "label": f"ours ({prov['algorithm']}, {prov.get('contact', '?')} contact{suffix})",
             "note": f"{prov['algorithm']}, {prov.get('contact', '?')} contact, {it} iterations"
                     + (f" x {envs} envs x {steps} steps" if envs and steps else "") + f", run {prov.get('run')}"}
 

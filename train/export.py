@@ -249,13 +249,15 @@ def contact_provenance(cfg) -> dict:
     return {"contact": "mjx", "stiffness": cfg.stiffness, "substeps": int(env.substeps)}
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
 def repo_relative(path) -> str:
     """`path` relative to the repository when it lies inside it (an artifact's provenance names runs/..., not the
     machine it was trained on), else as given."""
-    root = Path(__file__).resolve().parents[1]
     for p in (Path(path).absolute(), Path(path).resolve()):  # as given first: runs/ may be a link out of the tree
         try:
-            return str(p.relative_to(root))
+            return str(p.relative_to(REPO))
         except ValueError:
             pass
     return str(path)

@@ -23,9 +23,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from train.export import repo_relative
+from train.export import REPO, repo_relative
 
-REPO = Path(__file__).resolve().parent.parent
 SEED = 1000  # the selection's eval seed: `make eval` reports on seed 0
 RULE = "fewest falls, then most standing at the end, then the latest mean fall, then lowest tracking error; ties: later"
 
