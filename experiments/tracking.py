@@ -232,8 +232,8 @@ def render_tracking_table(results: dict) -> str:
     def f(v, fmt):
         return "-" if v is None else fmt.format(v)
 
-    rows = [f"| clip | policy | policy input | segment (start frame, s) | falls (safety tilt trips) | body position error "
-            "cm (worst s) | joint RMS rad | anchor ori rad | {SURVIVAL_WINDOW_S:g} s from each second: falls, mean s | whole "
+    rows = ["| clip | policy | policy input | segment (start frame, s) | falls (safety tilt trips) | body position error "
+            f"cm (worst s) | joint RMS rad | anchor ori rad | {SURVIVAL_WINDOW_S:g} s from each second: falls, mean s | whole "
             "clip from standing: falls, stood at end; dry run | training samples | training wall min |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     order = {}

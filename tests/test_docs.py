@@ -103,6 +103,13 @@ def test_every_page_table_is_what_the_script_renders(tables):
     assert names == set(tables.TABLES), set(tables.TABLES) ^ names  # every registered table is on a page
 
 
+def test_no_rendered_table_keeps_a_format_placeholder(tables):
+    """A header written as a plain string with {NAME:g} in it would reach the page unsubstituted."""
+    for name in tables.TABLES:
+        text = tables.render(name)
+        assert not re.search(r"\{[A-Za-z_][A-Za-z_0-9]*(:[^}]*)?\}", text), (name, text.splitlines()[0])
+
+
 def _copy_pages(dest: Path) -> Path:
     shutil.copy(REPO / "README.md", dest / "README.md")
     (dest / "docs").mkdir()
