@@ -12,9 +12,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import numpy as np
+
 from motions.library import available_motions, contact_phases, load_motion, summary
-from motions.balance import balance, outside_windows
-from motions.momentum import flight_consistency
+from motions.balance import HOVER_M, balance, hovering, outside_windows
+from motions.clips import sole_heights_and_ankles
+from motions.momentum import _root_pos, flight_consistency
 from motions.torques import upper_torque_ratio
 from motions.motion import MotionError
 from motions.plot import plot_motion
@@ -49,6 +52,13 @@ def _preview(name: str, out: str | None) -> int:
             f"stays >= {b['min_cop_margin_m'] * 100:.1f} cm inside them"
         print(f"  balance in stance: the COM >= {b['min_com_margin_m'] * 100:+.1f} cm inside the feet (t = "
               f"{b['min_com_margin_t']:.2f} s); the CoP the reference's momentum needs {where}")
+    hover = hovering(sole_heights_and_ankles(_root_pos(m), m.ref_base_quat, m.ref_q)[0])
+    for f, foot in enumerate(("left", "right")):
+        if hover[:, f].any():
+            runs = [(a, c) for a, c in outside_windows(np.where(hover[:, f], -1.0, 1.0), m.times) if c - a >= 0.2]
+            print(f"  {foot} foot {HOVER_M[0] * 1e3:g}-{HOVER_M[1] * 1e3:g} mm above the floor while the other stands: "
+                  f"{hover[:, f].mean():.0%} of frames" + (f" (for 0.2 s or longer at t = "
+                  f"{', '.join(f'{a:.2f}-{c:.2f}' for a, c in runs[:6])} s)" if runs else ""))
     tau = upper_torque_ratio(m)
     print(f"  upper-body torque the reference needs (inverse dynamics): peak |tau|/limit waist {tau['waist']:.2f}, "
           f"arms {tau['arms']:.2f} (worst {tau['peak_joint']} at t = {tau['peak_t_s']:.2f} s)")

@@ -28,6 +28,7 @@ from motions.motion import Motion
 from robots.physics import GRAVITY
 
 SOLE_ON_FLOOR_M = 0.005  # a sole sphere within this of its foot's lowest one supports (the others: heel lifted)
+HOVER_M = (0.003, 0.02)  # a foot this high above the floor while the other stands: neither on the floor nor a step
 
 
 def sole_points(pos: np.ndarray, quat: np.ndarray | None, q: np.ndarray) -> np.ndarray:
@@ -103,6 +104,14 @@ def balance(m: Motion) -> dict:
         out[f"min_{key}_m"] = float(v[k]) if k is not None else None
         out[f"min_{key}_t"] = float(t[k]) if k is not None else None
     return out
+
+
+def hovering(sole_h: np.ndarray, low: float = HOVER_M[0], high: float = HOVER_M[1]) -> np.ndarray:
+    """(T, 2) bool from (T, 2) lowest-sole heights (m, motions.clips.sole_heights_and_ankles): a foot `low` to
+    `high` above the floor while the other is below `low`. Retargeting leaves standing feet like that; a robot
+    that tracks such a pose closely carries its weight on the other foot alone."""
+    h = np.asarray(sole_h, float)
+    return (h >= low) & (h < high) & (h < low)[:, ::-1]
 
 
 def outside_windows(margin: np.ndarray, t: np.ndarray) -> list[tuple[float, float]]:

@@ -95,3 +95,23 @@ def test_preview_prints_the_balance(capsys):
     assert main(["preview", "reach_twist", "--out", "/tmp/reach_twist_preview.png"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "balance in stance" in x)
     assert "stays >=" in line and "inside the feet" in line
+
+
+def test_hovering_hand_values():
+    """Left/right lowest-sole heights (m): a hover is 3-20 mm up while the other foot is below 3 mm."""
+    h = np.array([[0.001, 0.001],   # both down
+                  [0.006, 0.001],   # left hovers
+                  [0.006, 0.005],   # both up a little: neither stands, no hover
+                  [0.030, 0.001],   # left 30 mm up: a step
+                  [0.001, 0.019]])  # right hovers
+    assert B.hovering(h).tolist() == [[False, False], [True, False], [False, False], [False, False], [False, True]]
+
+
+def test_preview_names_the_hovering_foot_of_the_calm_dance(capsys):
+    """dance_calm's standing part has the left sole 5-10 mm above the floor while the right stands."""
+    from motions.__main__ import main
+
+    assert main(["preview", "dance_calm", "--out", "/tmp/dance_calm_preview.png"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "left foot 3-20 mm" in x)
+    share = int(line.split("stands: ")[1].split("%")[0])
+    assert 40 <= share <= 60 and "1.22-7.96" in line

@@ -1,0 +1,110 @@
+"""One episode of a policy, step by step: how it falls. Every `every` control steps the pelvis roll and pitch
+(deg), its height, each foot's normal force from the floor (N) and each foot's lowest sole height (m), on C
+MuJoCo with the policy on the true state, no randomisation and no pushes; a tracking policy can start in its
+reference's state at a frame (`--start-frame`, as `make eval`'s segments do).
+
+    python -m eval.trace runs/policies/dance_calm_field_w15_s0 --start-frame 100 --seconds 4
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import mujoco
+import numpy as np
+
+from eval.closed_loop import ClosedLoop
+from eval.config import EvalError
+from eval.policy_eval import load, reference_bounds
+from eval.sim import EvalSim, reference_start
+from policies.runtime import PolicyRuntime
+from robots.body_frames import quat_to_mat
+from robots.physics import fallen
+
+FEET = ("left", "right")
+
+
+def foot_forces(sim: EvalSim) -> np.ndarray:
+    """(2,) normal force of the floor on each foot's sole spheres (N), left then right."""
+    m, d = sim.m, sim.d
+    out, c6 = np.zeros(len(sim.soles)), np.zeros(6)
+    owner = {int(g): f for f, geoms in enumerate(sim.soles) for g in np.atleast_1d(geoms)}
+    for i in range(d.ncon):
+        con = d.contact[i]
+        other = con.geom2 if con.geom1 == sim.floor else con.geom1 if con.geom2 == sim.floor else None
+        if other is not None and int(other) in owner:
+            mujoco.mj_contactForce(m, d, i, c6)
+            out[owner[int(other)]] += c6[0]
+    return out
+
+
+def roll_pitch_deg(quat: np.ndarray) -> tuple[float, float]:
+    r = quat_to_mat(np.asarray(quat, float))
+    return math.degrees(math.atan2(r[2, 1], r[2, 2])), math.degrees(-math.asin(float(np.clip(r[2, 0], -1, 1))))
+
+
+def trace(policy, start_frame: int | None = None, seconds: float = 4.0, every: int = 5) -> tuple[list[dict], float | None]:
+    """(rows, fell_at_s): a row every `every` control steps until the fall (robots.physics.fallen, the reference's
+    bounds for a tracking policy) or `seconds`."""
+    runtime = PolicyRuntime(load(policy))
+    sim = EvalSim()
+    tr = runtime.tracking
+    k0 = 0
+    if start_frame is not None:
+        if tr is None or not tr.needs_anchor:
+            raise EvalError("--start-frame starts a tracking policy in its reference's state: this policy has no "
+                            "tracking reference with an anchor")
+        k0 = int(start_frame)
+        if not 0 <= k0 < tr.ref.frames - 1:
+            raise EvalError(f"--start-frame {k0} is outside the clip's frames 0..{tr.ref.frames - 2}")
+        sim.reset_to(*reference_start(sim, tr.ref, k0, runtime.control_dt, tr.kin, tr.anchor))
+    else:
+        sim.reset()
+    runtime.reset()
+    loop = ClosedLoop(sim, runtime, true_state=True)
+    loop.start()
+    kp, kd = np.asarray(runtime.spec.kp, float), np.asarray(runtime.spec.kd, float)
+    dt = runtime.control_dt
+    decim = int(round(dt / sim.m.opt.timestep))
+    n = min(int(round(seconds / dt)), runtime.n_steps - k0)
+    rows = []
+    for k in range(n):
+        _, _, _, quat, _, z = sim.state()
+        if k % every == 0:
+            roll, pitch = roll_pitch_deg(quat)
+            rows.append({"t": round(k * dt, 3), "frame": k0 + k, "roll_deg": roll, "pitch_deg": pitch, "z": z,
+                         "foot_force_n": foot_forces(sim).tolist(), "sole_height_m": sim.sole_heights().tolist()})
+        if fallen(z, quat, **reference_bounds(tr, k0 + k)):
+            return rows, k * dt
+        target = loop.act(k0 + k).target
+        for s in range(decim):
+            ts = k * dt + s * sim.m.opt.timestep
+            sim.drive(*loop.command(ts, target, kp, kd, policy=True), ts)
+            sim.step()
+    return rows, None
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m eval.trace", description=__doc__.split("\n\n")[0])
+    p.add_argument("policy", help="a policy folder or file (as make eval POLICY=...)")
+    p.add_argument("--start-frame", type=int, default=None, help="start a tracking policy in its reference's state here")
+    p.add_argument("--seconds", type=float, default=4.0)
+    p.add_argument("--every", type=int, default=5, help="a row every N control steps")
+    a = p.parse_args(argv)
+    try:
+        rows, fell = trace(a.policy, a.start_frame, a.seconds, a.every)
+    except EvalError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{'t s':>6} {'frame':>5} {'roll':>6} {'pitch':>6} {'z m':>6}  {'force N (left, right)':>21}  sole mm (left, right)")
+    for r in rows:
+        f, h = r["foot_force_n"], r["sole_height_m"]
+        print(f"{r['t']:6.2f} {r['frame']:5d} {r['roll_deg']:6.1f} {r['pitch_deg']:6.1f} {r['z']:6.3f}  "
+              f"{f[0]:10.0f} {f[1]:10.0f}  {h[0] * 1e3:8.1f} {h[1] * 1e3:8.1f}")
+    print(f"fell at {fell:.2f} s" if fell is not None else f"no fall in {a.seconds:g} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
