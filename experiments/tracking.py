@@ -60,12 +60,12 @@ def segment(clip: str) -> tuple[int, int, float]:
 
 def of_holosomas_dance(clip: str) -> bool:
     """Whether the clip is a window of the dance baked into holosoma's graphs (its source names their wheel and
-    one of them), so that the graphs can run the same segment."""
+    one of them) as the graphs have it (no feet put down), so that the graphs run the same segment."""
     src = REPO / "motions" / f"{clip}{SOURCE_SUFFIX}"
     if not src.is_file():
         return False
     s = read_source(src)
-    return s.package == HOLOSOMA and s.member in HOLOSOMA_WBT.values()
+    return s.package == HOLOSOMA and s.member in HOLOSOMA_WBT.values() and s.window.ground_feet_mm is None
 
 
 def holosoma_training(path: Path) -> dict:

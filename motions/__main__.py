@@ -50,9 +50,14 @@ def _preview(name: str, out: str | None) -> int:
         where = (f"leaves the feet at t = {', '.join(f'{a:.2f}-{c:.2f}' for a, c in out[:6])} s (worst "
                  f"{-b['min_cop_margin_m'] * 100:.1f} cm outside at t = {b['min_cop_margin_t']:.2f} s)") if out else \
             f"stays >= {b['min_cop_margin_m'] * 100:.1f} cm inside them"
+        com, cop = b["com_margin"][b["checked"]], b["cop_margin"][b["checked"]]
         print(f"  balance in stance: the COM >= {b['min_com_margin_m'] * 100:+.1f} cm inside the feet (t = "
               f"{b['min_com_margin_t']:.2f} s); the CoP the reference's momentum needs {where}")
-    hover = hovering(sole_heights_and_ankles(_root_pos(m), m.ref_base_quat, m.ref_q)[0])
+        if com.size:
+            print(f"    inside the feet in {np.mean(com > 0):.0%} (COM) and {np.mean(cop > 0):.0%} (CoP) of the "
+                  f"{com.size} stance frames checked; median COM margin {np.median(com) * 100:+.1f} cm")
+    quat = m.ref_base_quat if m.ref_base_quat is not None else np.tile([1.0, 0.0, 0.0, 0.0], (m.num_steps, 1))
+    hover = hovering(sole_heights_and_ankles(_root_pos(m), quat, m.ref_q)[0])
     for f, foot in enumerate(("left", "right")):
         if hover[:, f].any():
             runs = [(a, c) for a, c in outside_windows(np.where(hover[:, f], -1.0, 1.0), m.times) if c - a >= 0.2]

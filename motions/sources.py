@@ -41,6 +41,16 @@ class Window(pydantic.BaseModel, extra="forbid"):
     frames: int = pydantic.Field(ge=2)
     lead_in_s: float = pydantic.Field(0.0, ge=0.0, le=10.0)  # s from standing to the first frame (0: none)
     lead_out_s: float = pydantic.Field(0.0, ge=0.0, le=10.0)  # s from the last frame back to standing (0: none)
+    # mm (full, blend): feet up to `full` above the floor put down on it, blended to untouched at `blend`
+    # (motions.windows.ground_feet); none: the retargeted feet as they are
+    ground_feet_mm: tuple[float, float] | None = None
+
+    @pydantic.field_validator("ground_feet_mm")
+    @classmethod
+    def _ordered(cls, v):
+        if v is not None and not 0 < v[0] < v[1] <= 100:
+            raise ValueError(f"ground_feet_mm {list(v)}: give [full, blend] with 0 < full < blend <= 100 mm")
+        return v
 
 
 class ClipSource(pydantic.BaseModel, extra="forbid"):
@@ -94,7 +104,7 @@ def wheel_member(package: str, member: str, cache: Path = CACHE) -> Path:
 
 def materialise(path, cache: Path = CACHE) -> Path:
     """The window the source file `path` describes, as a clip under cache (written once per file content)."""
-    from motions.windows import cut, lead_in, lead_out, read_clip_arrays, write_clip_arrays
+    from motions.windows import cut, ground_feet, lead_in, lead_out, read_clip_arrays, write_clip_arrays
 
     path = Path(path)
     src = read_source(path)
@@ -108,6 +118,8 @@ def materialise(path, cache: Path = CACHE) -> Path:
     if not full.is_file():
         write_clip_arrays(full, read_clip_arrays(member))
     arrays = cut(read_clip_arrays(full), src.window.start_frame, src.window.frames)
+    if src.window.ground_feet_mm is not None:
+        arrays = ground_feet(arrays, *(x / 1000.0 for x in src.window.ground_feet_mm))
     if src.window.lead_in_s > 0:
         arrays = lead_in(arrays, src.window.lead_in_s)
     if src.window.lead_out_s > 0:

@@ -241,6 +241,94 @@ def lead_in(arrays: dict, seconds: float, hold_s: float = 0.5) -> dict:
     return {**arrays, "joint_pos": out, "joint_vel": np.concatenate([vel, np.asarray(arrays["joint_vel"], float)])}
 
 
+GROUND_TOL = 0.01  # m and rad together: the foot pose ground_feet must reach (a straight knee or a joint limit
+# can keep it a few mm short; the dance's kicks: at most 4 mm)
+
+
+def ground_feet(arrays: dict, full_m: float, blend_m: float, iterations: int = 30) -> dict:
+    """The clip with the feet that retargeting left just off the floor put flat on it. Per frame, the floor is
+    the lower foot's lowest sole sphere (where the clip's import stands it); a foot whose highest sphere is at
+    most full_m above it is levelled (its roll and pitch to 0, its yaw kept) and lowered onto it, one whose
+    highest sphere is blend_m or more stays as it is, and in between the orientation is slerped and the lowest
+    sphere's height mixed by w = (blend_m - highest) / (blend_m - full_m): continuous, so a heel that lifts into
+    a step stays smooth. Retargeted standing feet come tilted by a few degrees and hover by a few mm; a robot
+    that tracks them stands on an edge of one foot. The leg's six joints reach the new foot pose by damped
+    Gauss-Newton; the pelvis is untouched; the changed frames' velocities are central differences, the others
+    keep theirs."""
+    import mujoco
+
+    from motions.clips import _fk_model, slerp
+
+    if not 0 < full_m < blend_m:
+        raise MotionError(f"ground_feet: need 0 < full ({full_m} m) < blend ({blend_m} m)")
+    m, qadr, soles, _, _ = _fk_model()
+    d = mujoco.MjData(m)
+    jp = np.asarray(arrays["joint_pos"], float).copy()
+    soles = [np.atleast_1d(g) for g in soles]
+    feet = [int(m.geom_bodyid[g[0]]) for g in soles]
+    local = [m.geom_pos[g] for g in soles]  # sphere centres in the foot's frame
+    radius = [m.geom_size[g, 0] for g in soles]
+    legs = []
+    for side in ("left", "right"):
+        js = [m.joint(f"{side}_{n}_joint") for n in ("hip_pitch", "hip_roll", "hip_yaw", "knee", "ankle_pitch",
+                                                     "ankle_roll")]
+        legs.append((np.array([int(j.dofadr[0]) for j in js]), np.array([int(j.qposadr[0]) for j in js]),
+                     np.array([int(j.id) for j in js])))
+    col = {int(a): i for i, a in enumerate(qadr)}
+    jacp, jacr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
+    changed = np.zeros(len(jp), bool)
+    residual = 0.0
+    for k in range(len(jp)):
+        d.qpos[:3], d.qpos[3:7], d.qpos[qadr] = jp[k, 0:3], jp[k, 3:7], jp[k, ROOT_COLS:]
+        mujoco.mj_kinematics(m, d)
+        bottoms = [d.geom_xpos[g, 2] - r for g, r in zip(soles, radius)]
+        floor = min(float(b.min()) for b in bottoms)
+        goals = []
+        for f in range(2):
+            w = float(np.clip((blend_m - (bottoms[f].max() - floor)) / (blend_m - full_m), 0.0, 1.0))
+            if w == 0.0:
+                continue
+            body = feet[f]
+            quat = d.xquat[body].copy()
+            yaw = np.arctan2(d.xmat[body][3], d.xmat[body][0])
+            level = np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])
+            level = -level if level @ quat < 0 else level
+            goal_q = slerp(quat[None], level[None], np.array([w]))[0]
+            rot = np.empty(9)
+            mujoco.mju_quat2Mat(rot, goal_q)
+            low = floor + (1.0 - w) * (float(bottoms[f].min()) - floor)  # the goal's lowest sphere bottom
+            z = low - float(np.min((local[f] @ rot.reshape(3, 3).T)[:, 2] - radius[f]))
+            goals.append((f, np.array([d.xpos[body][0], d.xpos[body][1], z]), goal_q))
+        for f, goal_p, goal_q in goals:
+            body, (dofs, qpos_adr, jnts) = feet[f], legs[f]
+            for _ in range(iterations):
+                mujoco.mj_kinematics(m, d)
+                mujoco.mj_comPos(m, d)
+                err_r = np.empty(3)
+                mujoco.mju_subQuat(err_r, goal_q, d.xquat[body])  # in the body's frame
+                err = np.concatenate([goal_p - d.xpos[body], d.xmat[body].reshape(3, 3) @ err_r])
+                if np.linalg.norm(err) < 1e-7:
+                    break
+                mujoco.mj_jacBody(m, d, jacp, jacr, body)
+                J = np.vstack([jacp[:, dofs], jacr[:, dofs]])
+                step = np.linalg.solve(J.T @ J + 1e-6 * np.eye(6), J.T @ err)
+                step *= min(1.0, 0.1 / max(float(np.abs(step).max()), 1e-12))  # at most 0.1 rad a joint a step
+                d.qpos[qpos_adr] = np.clip(d.qpos[qpos_adr] + step, *m.jnt_range[jnts].T)
+            residual = max(residual, float(np.linalg.norm(err)))
+            jp[k, ROOT_COLS + np.array([col[int(a)] for a in qpos_adr])] = d.qpos[qpos_adr]
+            changed[k] = True
+    if residual > GROUND_TOL:
+        raise MotionError(f"ground_feet: a foot pose was not reached within {residual * 1e3:.1f} mm / mrad (joint "
+                          f"limits?): use a smaller full_m / blend_m")
+    out = {**arrays, "joint_pos": jp}
+    if changed.any():
+        near = np.convolve(changed.astype(int), np.ones(3, int), mode="same") > 0  # their neighbours' differences
+        jv = np.asarray(arrays["joint_vel"], float).copy()
+        jv[near] = velocities(jp, float(arrays["fps"]))[near]
+        out["joint_vel"] = jv
+    return out
+
+
 def lead_out(arrays: dict, seconds: float, hold_s: float = 0.5) -> dict:
     """The clip with `seconds` of made-up frames after it back to standing: `lead_in` of the clip played
     backwards, played forwards (its velocities' signs turned back), ending in `hold_s` of the home pose."""

@@ -45,6 +45,7 @@ def test_holosomas_graphs_run_the_windows_of_their_own_dance_only():
     """The three dance windows name the PPO graph of holosoma-inference 0.1.3 as their source; the box lift and the
     jump are committed clips without one."""
     assert all(tracking.of_holosomas_dance(c) for c in ("dance", "dance_in_limits", "dance_calm"))
+    assert not tracking.of_holosomas_dance("dance_calm_grounded")  # its feet put down: not the graphs' reference
     assert not tracking.of_holosomas_dance("box_lift") and not tracking.of_holosomas_dance("jump")
     with pytest.raises(SystemExit):  # refused before anything is evaluated
         tracking.main(["--clip", "box_lift", "--policy", "ppo"])

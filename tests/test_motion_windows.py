@@ -149,6 +149,53 @@ def test_box_lift_clip_file():
     assert np.all(np.isfinite(m.ref_q)) and m.ref_height.min() > 0.4
 
 
+def _feet(jp: np.ndarray):
+    """Per frame and foot: (lowest, highest) sole-sphere bottom and the foot's (roll, pitch), by FK."""
+    import mujoco
+
+    from motions.clips import _fk_model
+
+    m, qadr, soles, _, _ = _fk_model()
+    d = mujoco.MjData(m)
+    out = []
+    for row in jp:
+        d.qpos[:3], d.qpos[3:7], d.qpos[qadr] = row[0:3], row[3:7], row[7:]
+        mujoco.mj_kinematics(m, d)
+        feet = []
+        for g in soles:
+            b = d.geom_xpos[g, 2] - m.geom_size[g, 0]
+            r = d.xmat[m.geom_bodyid[g[0]]].reshape(3, 3)
+            feet.append((b.min(), b.max(), math.atan2(r[2, 1], r[2, 2]), -math.asin(r[2, 0])))
+        out.append(feet)
+    return np.array(out)  # (T, 2, 4)
+
+
+def test_ground_feet_puts_a_hovering_tilted_foot_flat_on_the_floor():
+    """The home pose with the left foot lifted 6 mm and rolled 3.4 deg (knee, hip and ankle pitch, ankle roll):
+    it comes back level with the right foot's soles and flat; the right leg and the pelvis are untouched. The
+    same foot lifted by a 0.5 rad knee (a step, past blend) is left alone."""
+    a = _still(3)
+    J = g1.JOINT_NAMES.index
+    for name, dq in (("knee", 0.14), ("hip_pitch", -0.07), ("ankle_pitch", -0.07), ("ankle_roll", 0.06)):
+        a["joint_pos"][0, 7 + J(f"left_{name}_joint")] += dq
+    a["joint_pos"][2, 7 + J("left_knee_joint")] += 0.5
+    before = _feet(a["joint_pos"])
+    assert 0.005 < before[0, 0, 0] - before[0, 1, 0] < 0.02 and before[0, 0, 1] - before[0, 0, 0] > 0.003
+    assert before[2, 0, 1] - before[2, 1, 0] > 0.04
+    b = W.ground_feet(a, 0.02, 0.04)
+    after = _feet(b["joint_pos"])
+    # the lifted, tilted left foot: lowest sole level with the right's, flat (its spheres' spread < 0.1 mm)
+    assert after[0, 0, 0] == pytest.approx(after[0, 1, 0], abs=1e-4)
+    assert after[0, 0, 1] - after[0, 0, 0] < 1e-4 and abs(after[0, 0, 2]) < 1e-3 and abs(after[0, 0, 3]) < 1e-3
+    np.testing.assert_array_equal(b["joint_pos"][:, 0:7], a["joint_pos"][:, 0:7])  # the pelvis
+    right = [i for i, n in enumerate(g1.JOINT_NAMES) if n.startswith("right_")]
+    np.testing.assert_allclose(b["joint_pos"][:, 7 + np.array(right)], a["joint_pos"][:, 7 + np.array(right)],
+                               atol=1e-6)  # the standing right foot is flat already: unchanged
+    np.testing.assert_array_equal(b["joint_pos"][2], a["joint_pos"][2])  # the step: past blend, untouched
+    with pytest.raises(M.MotionError, match="full"):
+        W.ground_feet(a, 0.04, 0.02)
+
+
 def test_dance_source_file():
     src = S.read_source(M.MOTIONS_DIR / "dance.source.yaml")
     assert src.package == "holosoma-inference==0.1.3" and src.member.endswith("ppo_g1_29dof_dancing.onnx")
@@ -161,6 +208,9 @@ def test_source_file_errors_name_the_file(tmp_path):
     p = tmp_path / "x.source.yaml"
     p.write_text("package: holosoma\nmember: a.npz\nwindow: {start_frame: 0, frames: 10}\n")
     with pytest.raises(M.MotionError, match="x.source.yaml.*package"):
+        S.read_source(p)
+    p.write_text("package: a==1\nmember: a.npz\nwindow: {start_frame: 0, frames: 10, ground_feet_mm: [40, 20]}\n")
+    with pytest.raises(M.MotionError, match="x.source.yaml.*ground_feet_mm"):
         S.read_source(p)
 
 
