@@ -59,24 +59,32 @@ def ghost_qpos(sim: EvalSim, tracking, k: int) -> np.ndarray:
     return qpos
 
 
+def start_episode(sim: EvalSim, runtime: PolicyRuntime, start_frame: int | None) -> int:
+    """Reset the simulator and the runtime for an episode: the home keyframe, or a tracking policy's reference
+    state at `start_frame` (--start-frame); returns the first reference frame."""
+    tr = runtime.tracking
+    k0 = 0
+    if start_frame is not None:
+        if tr is None or not tr.needs_anchor:
+            raise EvalError("--start-frame starts a tracking policy in its reference's state: this policy has no "
+                            "tracking reference with an anchor")
+        k0 = int(start_frame)
+        if not 0 <= k0 < tr.ref.frames - 1:
+            raise EvalError(f"--start-frame {k0} is outside the clip's frames 0..{tr.ref.frames - 2}")
+        sim.reset_to(*reference_start(sim, tr.ref, k0, runtime.control_dt, tr.kin, tr.anchor))
+    else:
+        sim.reset()
+    runtime.reset()
+    return k0
+
+
 def run_policy_episode(sim: EvalSim, runtime: PolicyRuntime, cfg: EvalConfig, ep: int, video=None,
                        loop: ClosedLoop | None = None) -> dict:
     spec = runtime.spec
     rng = np.random.default_rng([cfg.seed, ep])
     dr = sim.randomise(rng, cfg.dr)
     tr_ = runtime.tracking
-    k0 = 0
-    if cfg.start_frame is not None:
-        if tr_ is None or not tr_.needs_anchor:
-            raise EvalError("--start-frame starts a tracking policy in its reference's state: this policy has no "
-                            "tracking reference with an anchor")
-        k0 = int(cfg.start_frame)
-        if not 0 <= k0 < tr_.ref.frames - 1:
-            raise EvalError(f"--start-frame {k0} is outside the clip's frames 0..{tr_.ref.frames - 2}")
-        sim.reset_to(*reference_start(sim, tr_.ref, k0, runtime.control_dt, tr_.kin, tr_.anchor))
-    else:
-        sim.reset()
-    runtime.reset()
+    k0 = start_episode(sim, runtime, cfg.start_frame)
     loop = loop or ClosedLoop(sim, runtime, cfg.true_state)
     loop.start(dr["kp_scale"], dr["kd_scale"])
     bodies = BodyTracker(sim, tr_.ref, tr_.spec.anchor_body) if tr_ is not None and tr_.needs_anchor and \

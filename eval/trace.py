@@ -16,8 +16,8 @@ import numpy as np
 
 from eval.closed_loop import ClosedLoop
 from eval.config import EvalError
-from eval.policy_eval import load, reference_bounds
-from eval.sim import EvalSim, reference_start
+from eval.policy_eval import load, reference_bounds, start_episode
+from eval.sim import EvalSim
 from policies.runtime import PolicyRuntime
 from robots.body_frames import quat_to_mat
 from robots.physics import fallen
@@ -50,18 +50,7 @@ def trace(policy, start_frame: int | None = None, seconds: float = 4.0, every: i
     runtime = PolicyRuntime(load(policy))
     sim = EvalSim()
     tr = runtime.tracking
-    k0 = 0
-    if start_frame is not None:
-        if tr is None or not tr.needs_anchor:
-            raise EvalError("--start-frame starts a tracking policy in its reference's state: this policy has no "
-                            "tracking reference with an anchor")
-        k0 = int(start_frame)
-        if not 0 <= k0 < tr.ref.frames - 1:
-            raise EvalError(f"--start-frame {k0} is outside the clip's frames 0..{tr.ref.frames - 2}")
-        sim.reset_to(*reference_start(sim, tr.ref, k0, runtime.control_dt, tr.kin, tr.anchor))
-    else:
-        sim.reset()
-    runtime.reset()
+    k0 = start_episode(sim, runtime, start_frame)
     loop = ClosedLoop(sim, runtime, true_state=True)
     loop.start()
     kp, kd = np.asarray(runtime.spec.kp, float), np.asarray(runtime.spec.kd, float)
