@@ -91,6 +91,36 @@ def test_selection_exports_the_best_evaluated_candidate(tmp_path):
 
 
 @pytest.mark.jax
+def test_ctrl_c_stops_after_the_iteration_and_saves(tmp_path):
+    """A SIGINT sent in iteration 2 (from the progress callback, as a Ctrl-C lands between or inside iterations)
+    stops the loop after it; the state is saved at iteration 2 and the run exports; a second SIGINT in the same
+    loop interrupts at once."""
+    import os
+    import signal
+
+    from train.trainer import StopRequest, train
+
+    cfg = tiny(5)
+    env = G1Env(cfg.env, load_motion(cfg.motion))
+    saved = []
+
+    def progress(it, m):
+        if it == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    params, metrics = train(cfg, env, progress_fn=progress, checkpoint_every=100,
+                            checkpoint_fn=lambda ts, it, m: saved.append((it, np.asarray(ts.obs_norm.mean).copy())))
+    assert metrics["stopped"] == "interrupted (Ctrl-C)" and metrics["iterations"] == 2
+    assert [it for it, _ in saved] == [2] and np.all(np.isfinite(saved[0][1]))
+    assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(params.actor))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored after the loop
+    with pytest.raises(KeyboardInterrupt):
+        with StopRequest():
+            os.kill(os.getpid(), signal.SIGINT)  # asks
+            os.kill(os.getpid(), signal.SIGINT)  # interrupts
+
+
+@pytest.mark.jax
 def test_resume_continues_from_checkpoint(trained):
     run, out = trained
     train_run(tiny(3), resume=str(run), export_dir=str(out), progress=False)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
@@ -75,6 +77,30 @@ def _restore(ts: TrainState, path: Path) -> TrainState:
                        iteration=jnp.asarray(ck.step))
 
 
+class StopRequest:
+    """While active: the first Ctrl-C (SIGINT) only asks the training loop to stop after the iteration in flight,
+    so the run saves and exports what it trained (an interrupt inside the jitted iteration would leave its
+    donated train state deleted); a second Ctrl-C interrupts at once. Only the main thread can install it."""
+
+    def __init__(self):
+        self.asked, self._prev = False, None
+
+    def _handle(self, signum, frame):
+        if self.asked:
+            raise KeyboardInterrupt
+        self.asked = True
+        print("\nstopping after this iteration (Ctrl-C again to interrupt at once)", flush=True)
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._prev = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        if self._prev is not None:
+            signal.signal(signal.SIGINT, self._prev)
+
+
 def _finite_tree(tree) -> bool:
     return all(bool(np.all(np.isfinite(np.asarray(x)))) for x in jax.tree.leaves(tree))
 
@@ -93,36 +119,38 @@ def train(cfg, env, *, progress_fn: Callable[[int, dict], None] | None = None,
         start = int(ts.iteration)
     bad, last, saved_at, stopped = 0, {}, start, ""
     ep_steps = ep_count = 0.0
-    for it in range(start, iterations):
-        if time_budget_s is not None and time.time() - t0 > time_budget_s:
-            stopped = f"time budget of {time_budget_s:.0f} s reached"
-            break
-        t_it = time.time()
-        try:
+    with StopRequest() as stop:
+        for it in range(start, iterations):
+            if time_budget_s is not None and time.time() - t0 > time_budget_s:
+                stopped = f"time budget of {time_budget_s:.0f} s reached"
+                break
+            if stop.asked:
+                stopped = "interrupted (Ctrl-C)"
+                break
+            t_it = time.time()
             ts_new, m = trainer.iterate(ts)
             m = {k: float(v) for k, v in m.items()}
-        except KeyboardInterrupt:
+            bad = bad + 1 if m["nonfinite_grad"] > 0 or not math.isfinite(m["actor_loss"]) else 0
+            ts = ts_new
+            if bad >= NAN_PATIENCE or not _finite_tree(ts.actor):
+                raise TrainingDiverged(
+                    f"training diverged at iteration {it}: non-finite actor gradient/loss for {bad} iterations in a row "
+                    f"(or non-finite parameters). The last good checkpoint is kept (iteration {saved_at}). "
+                    "Try a lower actor_lr, a smaller BCG sigma, or a softer contact (--stiffness medium) to localise the cause.")
+            ep_steps += n_env * horizon
+            ep_count += m["episodes"]
+            m["episode_len"] = ep_steps / max(ep_count, 1.0)
+            if ep_count > 10 * n_env:  # running window
+                ep_steps, ep_count = ep_steps / 2, ep_count / 2
+            m.update(iteration=it + 1, wall_s=time.time() - t0, iter_s=time.time() - t_it)
+            last = m
+            if progress_fn is not None:
+                progress_fn(it + 1, m)
+            if checkpoint_fn is not None and ((it + 1) % checkpoint_every == 0 or it + 1 == iterations):
+                checkpoint_fn(ts, it + 1, m)
+                saved_at = it + 1
+        if stop.asked and not stopped:
             stopped = "interrupted (Ctrl-C)"
-            break
-        bad = bad + 1 if m["nonfinite_grad"] > 0 or not math.isfinite(m["actor_loss"]) else 0
-        ts = ts_new
-        if bad >= NAN_PATIENCE or not _finite_tree(ts.actor):
-            raise TrainingDiverged(
-                f"training diverged at iteration {it}: non-finite actor gradient/loss for {bad} iterations in a row "
-                f"(or non-finite parameters). The last good checkpoint is kept (iteration {saved_at}). "
-                "Try a lower actor_lr, a smaller BCG sigma, or a softer contact (--stiffness medium) to localise the cause.")
-        ep_steps += n_env * horizon
-        ep_count += m["episodes"]
-        m["episode_len"] = ep_steps / max(ep_count, 1.0)
-        if ep_count > 10 * n_env:  # running window
-            ep_steps, ep_count = ep_steps / 2, ep_count / 2
-        m.update(iteration=it + 1, wall_s=time.time() - t0, iter_s=time.time() - t_it)
-        last = m
-        if progress_fn is not None:
-            progress_fn(it + 1, m)
-        if checkpoint_fn is not None and ((it + 1) % checkpoint_every == 0 or it + 1 == iterations):
-            checkpoint_fn(ts, it + 1, m)
-            saved_at = it + 1
     done = int(last.get("iteration", start)) if last else start
     if checkpoint_fn is not None and last and saved_at != done:
         checkpoint_fn(ts, done, last)
