@@ -51,3 +51,27 @@ def test_reselect_reranks_a_runs_candidates_from_their_eval_files(tmp_path):
     assert [c["mean_fell_at_s"] for c in out["candidates"][:2]] == [1.1, 2.2] and out["candidates"][2]["falls"] is None
     assert json.loads((tmp_path / "select" / "select.json").read_text())["selected_iteration"] == 200
     assert main([str(tmp_path)]) == 0 and main([str(tmp_path / "none")]) == 2
+
+
+def test_reselect_finds_the_candidates_of_a_run_that_stopped_before_select_json(tmp_path, capsys):
+    """Exported candidates select/it<N>/<motion>/ and eval.json files that name them: it200 falls later and is
+    chosen; it300 was exported but never evaluated (ranks last)."""
+    import json
+
+    from train.select import main, reselect
+
+    sel = tmp_path / "select"
+    for it, fell_at in ((100, (1.0,)), (200, (3.0,)), (300, None)):
+        (sel / f"it{it}" / "hop").mkdir(parents=True)
+        (sel / f"it{it}" / "hop" / "policy.yaml").write_text("format: test\n")
+        if fell_at:
+            ev = sel / "eval" / "hop" / f"stamp{it}" / "eval.json"
+            ev.parent.mkdir(parents=True)
+            ev.write_text(json.dumps({"policy": str(sel / f"it{it}" / "hop"), "episodes": 1, "falls": 1,
+                                      "stood_at_end": 0, "tracking_error_cm": 5.0,
+                                      "per_episode": [{"fell": True, "fell_at_s": t} for t in fell_at]}))
+    out = reselect(tmp_path)
+    assert [c["iteration"] for c in out["candidates"]] == [100, 200, 300] and out["selected_iteration"] == 200
+    assert out["candidates"][2]["falls"] is None and (sel / "select.json").is_file()
+    assert main([str(tmp_path)]) == 0 and "selected iteration 200" in capsys.readouterr().out
+    assert main([str(tmp_path / "none")]) == 2 and "no exported candidates" in capsys.readouterr().out

@@ -136,12 +136,31 @@ def _plain(v):
     return v.tolist() if isinstance(v, np.ndarray) else float(v)
 
 
+def found(root: Path) -> dict:
+    """The selection record of a run that stopped before writing select.json (killed, out of memory): its
+    exported candidates select/it<N>/<motion>/ and the eval.json files under select/eval/ that name them."""
+    evals = {}
+    for ev in sorted(root.glob("eval/*/*/eval.json")):
+        policy = Path(json.loads(ev.read_text()).get("policy", ""))
+        evals[policy.parent.name] = ev  # select/it<N>/<motion>: it<N>
+    cands = []
+    for d in sorted(root.glob("it*/*/policy.yaml")):
+        it = d.parent.parent.name
+        if it[2:].isdigit():
+            cands.append({"iteration": int(it[2:]), "artifact": repo_relative(d.parent),
+                          "eval_json": repo_relative(evals[it]) if it in evals else None})
+    if not cands:
+        raise FileNotFoundError(f"{root}: no select/select.json and no exported candidates (trained without "
+                                "--select-every)")
+    return {"eval_seed": SEED, "candidates": sorted(cands, key=lambda r: r["iteration"])}
+
+
 def reselect(run_dir: Path) -> dict:
-    """A finished run's selection again by the current `rank`, from its candidates' eval.json files (no
-    evaluation): rewrites select/select.json and returns it. The chosen candidate's artifact is the one its
-    `artifact` names (select/it<N>/<motion>)."""
+    """A run's selection again by the current `rank`, from its candidates' eval.json files (no evaluation):
+    rewrites select/select.json and returns it. The chosen candidate's artifact is the one its `artifact` names
+    (select/it<N>/<motion>). A run that stopped before writing select.json has its candidates found (`found`)."""
     root = Path(run_dir) / "select"
-    old = json.loads((root / "select.json").read_text())
+    old = json.loads((root / "select.json").read_text()) if (root / "select.json").is_file() else found(root)
     rows = []
     for r in old["candidates"]:
         ev = r.get("eval_json")
@@ -164,10 +183,11 @@ def main(argv=None) -> int:
                                  "candidates by the current rule (their evaluations as they are; nothing re-run).")
     ap.add_argument("run", help="the run folder runs/<motion>/<stamp>")
     args = ap.parse_args(argv)
-    if not (Path(args.run) / "select" / "select.json").is_file():
-        print(f"error: {args.run} has no select/select.json (trained without --select-every)")
+    try:
+        out = reselect(Path(args.run))
+    except FileNotFoundError as e:
+        print(f"error: {e}")
         return 2
-    out = reselect(Path(args.run))
     pick = next(r for r in out["candidates"] if r["iteration"] == out["selected_iteration"])
     for r in out["candidates"]:
         if r.get("falls") is None:
