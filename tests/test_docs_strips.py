@@ -93,6 +93,8 @@ def test_a_rows_label_names_the_weights_and_shac_settings_its_run_changed(tmp_pa
     cpu = preset("cpu").shac
     assert changed["samples"] == 10 * cpu.num_envs * cpu.horizon
     assert row({"env": {"task": "tracking"}}, "plain")["label"] == "ours (shac+bcg, mjx contact)"
+    longer = row({"env": {"task": "tracking"}, "shac": {"horizon": 32, "iterations": 700}}, "h32")
+    assert longer["label"] == "ours (shac+bcg, mjx contact; horizon 32)" and longer["samples"] == 10 * cpu.num_envs * 32
 
 
 def test_survival_summary_counts_the_full_windows_only():
