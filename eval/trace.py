@@ -22,9 +22,6 @@ from policies.runtime import PolicyRuntime
 from robots.body_frames import quat_to_mat
 from robots.physics import fallen
 
-FEET = ("left", "right")
-
-
 def foot_forces(sim: EvalSim) -> np.ndarray:
     """(2,) normal force of the floor on each foot's sole spheres (N), left then right."""
     m, d = sim.m, sim.d
@@ -44,7 +41,8 @@ def roll_pitch_deg(quat: np.ndarray) -> tuple[float, float]:
     return math.degrees(math.atan2(r[2, 1], r[2, 2])), math.degrees(-math.asin(float(np.clip(r[2, 0], -1, 1))))
 
 
-def trace(policy, start_frame: int | None = None, seconds: float = 4.0, every: int = 5) -> tuple[list[dict], float | None]:
+def trace(policy, start_frame: int | None = None, seconds: float = 4.0,
+          every: int = 5) -> tuple[list[dict], float | None]:
     """(rows, fell_at_s): a row every `every` control steps until the fall (robots.physics.fallen, the reference's
     bounds for a tracking policy) or `seconds`."""
     runtime = PolicyRuntime(load(policy))
@@ -77,7 +75,8 @@ def trace(policy, start_frame: int | None = None, seconds: float = 4.0, every: i
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m eval.trace", description=__doc__.split("\n\n")[0])
     p.add_argument("policy", help="a policy folder or file (as make eval POLICY=...)")
-    p.add_argument("--start-frame", type=int, default=None, help="start a tracking policy in its reference's state here")
+    p.add_argument("--start-frame", type=int, default=None,
+                   help="start a tracking policy in its reference's state at this frame")
     p.add_argument("--seconds", type=float, default=4.0)
     p.add_argument("--every", type=int, default=5, help="a row every N control steps")
     a = p.parse_args(argv)
@@ -86,7 +85,8 @@ def main(argv=None) -> int:
     except EvalError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"{'t s':>6} {'frame':>5} {'roll':>6} {'pitch':>6} {'z m':>6}  {'force N (left, right)':>21}  sole mm (left, right)")
+    print(f"{'t s':>6} {'frame':>5} {'roll':>6} {'pitch':>6} {'z m':>6}  {'force N (left, right)':>21}  "
+          "sole mm (left, right)")
     for r in rows:
         f, h = r["foot_force_n"], r["sole_height_m"]
         print(f"{r['t']:6.2f} {r['frame']:5d} {r['roll_deg']:6.1f} {r['pitch_deg']:6.1f} {r['z']:6.3f}  "
