@@ -124,7 +124,8 @@ def materialise(path, cache: Path = CACHE) -> Path:
         arrays = lead_in(arrays, src.window.lead_in_s)
     if src.window.lead_out_s > 0:
         arrays = lead_out(arrays, src.window.lead_out_s)
-    write_clip_arrays(out, arrays, note={"source": src.package, "member": src.member, **src.window.model_dump()})
+    write_clip_arrays(out, arrays, note={"source": src.package, "member": src.member, **src.window.model_dump(),
+                                         **arrays.get("ground_feet", {})})
     return out
 
 

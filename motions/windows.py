@@ -241,8 +241,33 @@ def lead_in(arrays: dict, seconds: float, hold_s: float = 0.5) -> dict:
     return {**arrays, "joint_pos": out, "joint_vel": np.concatenate([vel, np.asarray(arrays["joint_vel"], float)])}
 
 
-GROUND_TOL = 0.01  # m and rad together: the foot pose ground_feet must reach (a straight knee or a joint limit
-# can keep it a few mm short; the dance's kicks: at most 4 mm)
+GROUND_TOL = 0.01  # m and rad together: how close ground_feet must reach a foot pose to take it (a straight knee or
+# a joint limit can keep it a few mm short; the dance's kicks: at most 4 mm)
+
+
+def _reach(m, d, body, dofs, qpos_adr, ranges, goal_p, goal_q, iterations, jacp, jacr) -> float:
+    """Damped Gauss-Newton on one leg's joints (within `ranges`) towards the foot pose (goal_p, goal_q); leaves
+    them in d.qpos and returns the remaining |error| (m and rad together)."""
+    import mujoco
+
+    err = np.full(6, np.inf)
+    for _ in range(iterations):
+        mujoco.mj_kinematics(m, d)
+        mujoco.mj_comPos(m, d)
+        err_r = np.empty(3)
+        mujoco.mju_subQuat(err_r, goal_q, d.xquat[body])  # in the body's frame
+        err = np.concatenate([goal_p - d.xpos[body], d.xmat[body].reshape(3, 3) @ err_r])
+        if np.linalg.norm(err) < 1e-7:
+            break
+        mujoco.mj_jacBody(m, d, jacp, jacr, body)
+        J = np.vstack([jacp[:, dofs], jacr[:, dofs]])
+        step = np.linalg.solve(J.T @ J + 1e-6 * np.eye(6), J.T @ err)
+        step *= min(1.0, 0.1 / max(float(np.abs(step).max()), 1e-12))  # at most 0.1 rad a joint a step
+        d.qpos[qpos_adr] = np.clip(d.qpos[qpos_adr] + step, *ranges.T)
+    mujoco.mj_kinematics(m, d)
+    err_r = np.empty(3)
+    mujoco.mju_subQuat(err_r, goal_q, d.xquat[body])
+    return float(np.linalg.norm(np.concatenate([goal_p - d.xpos[body], err_r])))
 
 
 def ground_feet(arrays: dict, full_m: float, blend_m: float, iterations: int = 30) -> dict:
@@ -253,8 +278,10 @@ def ground_feet(arrays: dict, full_m: float, blend_m: float, iterations: int = 3
     sphere's height mixed by w = (blend_m - highest) / (blend_m - full_m): continuous, so a heel that lifts into
     a step stays smooth. Retargeted standing feet come tilted by a few degrees and hover by a few mm; a robot
     that tracks them stands on an edge of one foot. The leg's six joints reach the new foot pose by damped
-    Gauss-Newton; the pelvis is untouched; the changed frames' velocities are central differences, the others
-    keep theirs."""
+    Gauss-Newton within their limits; a pose they cannot reach within GROUND_TOL (a heel strike on a straight
+    knee) is approached by 1/2, 1/4, 1/8 of the way, else the foot stays as it was (counted in the returned
+    "ground_feet" entry). The pelvis is untouched; the changed frames' velocities are central differences, the
+    others keep theirs."""
     import mujoco
 
     from motions.clips import _fk_model, slerp
@@ -277,7 +304,7 @@ def ground_feet(arrays: dict, full_m: float, blend_m: float, iterations: int = 3
     col = {int(a): i for i, a in enumerate(qadr)}
     jacp, jacr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
     changed = np.zeros(len(jp), bool)
-    residual = 0.0
+    reduced = {"share": 0, "kept": 0}
     for k in range(len(jp)):
         d.qpos[:3], d.qpos[3:7], d.qpos[qadr] = jp[k, 0:3], jp[k, 3:7], jp[k, ROOT_COLS:]
         mujoco.mj_kinematics(m, d)
@@ -298,31 +325,28 @@ def ground_feet(arrays: dict, full_m: float, blend_m: float, iterations: int = 3
             mujoco.mju_quat2Mat(rot, goal_q)
             low = floor + (1.0 - w) * (float(bottoms[f].min()) - floor)  # the goal's lowest sphere bottom
             z = low - float(np.min((local[f] @ rot.reshape(3, 3).T)[:, 2] - radius[f]))
-            goals.append((f, np.array([d.xpos[body][0], d.xpos[body][1], z]), goal_q))
-        for f, goal_p, goal_q in goals:
+            goals.append((f, d.xpos[body].copy(), quat, np.array([d.xpos[body][0], d.xpos[body][1], z]), goal_q))
+        for f, start_p, start_q, goal_p, goal_q in goals:
             body, (dofs, qpos_adr, jnts) = feet[f], legs[f]
-            for _ in range(iterations):
-                mujoco.mj_kinematics(m, d)
-                mujoco.mj_comPos(m, d)
-                err_r = np.empty(3)
-                mujoco.mju_subQuat(err_r, goal_q, d.xquat[body])  # in the body's frame
-                err = np.concatenate([goal_p - d.xpos[body], d.xmat[body].reshape(3, 3) @ err_r])
-                if np.linalg.norm(err) < 1e-7:
+            q_start = d.qpos[qpos_adr].copy()
+            for share in (1.0, 0.5, 0.25, 0.125):  # a goal the leg cannot reach (a straight knee): less of it
+                d.qpos[qpos_adr] = q_start
+                p_goal = start_p + share * (goal_p - start_p)
+                q_goal = slerp(start_q[None], goal_q[None], np.array([share]))[0]
+                err = _reach(m, d, body, dofs, qpos_adr, m.jnt_range[jnts], p_goal, q_goal, iterations, jacp, jacr)
+                if err <= GROUND_TOL:
                     break
-                mujoco.mj_jacBody(m, d, jacp, jacr, body)
-                J = np.vstack([jacp[:, dofs], jacr[:, dofs]])
-                step = np.linalg.solve(J.T @ J + 1e-6 * np.eye(6), J.T @ err)
-                step *= min(1.0, 0.1 / max(float(np.abs(step).max()), 1e-12))  # at most 0.1 rad a joint a step
-                d.qpos[qpos_adr] = np.clip(d.qpos[qpos_adr] + step, *m.jnt_range[jnts].T)
-            residual = max(residual, float(np.linalg.norm(err)))
+            if err > GROUND_TOL:
+                d.qpos[qpos_adr] = q_start
+                reduced["kept"] += 1
+                continue
+            reduced["share"] += share < 1.0
             jp[k, ROOT_COLS + np.array([col[int(a)] for a in qpos_adr])] = d.qpos[qpos_adr]
             changed[k] = True
-    if residual > GROUND_TOL:
-        raise MotionError(f"ground_feet: a foot pose was not reached within {residual * 1e3:.1f} mm / mrad (joint "
-                          f"limits?): use a smaller full_m / blend_m")
-    out = {**arrays, "joint_pos": jp}
+    out = {**arrays, "joint_pos": jp, "ground_feet": {"feet_partly_grounded": reduced["share"],
+                                                      "feet_left_as_they_were": reduced["kept"]}}
     if changed.any():
-        near = np.convolve(changed.astype(int), np.ones(3, int), mode="same") > 0  # their neighbours' differences
+        near = np.convolve(changed.astype(int), np.ones(3, int))[1:-1] > 0  # their neighbours' differences
         jv = np.asarray(arrays["joint_vel"], float).copy()
         jv[near] = velocities(jp, float(arrays["fps"]))[near]
         out["joint_vel"] = jv

@@ -196,6 +196,26 @@ def test_ground_feet_puts_a_hovering_tilted_foot_flat_on_the_floor():
         W.ground_feet(a, 0.04, 0.02)
 
 
+def test_ground_feet_takes_part_of_the_way_to_a_pose_a_straight_knee_cannot_reach():
+    """The left leg straight (knee, hip pitch 0) with its foot pitched 0.1 rad: it sets the floor (its heel is the
+    lowest sphere), and levelling it about the ankle would need a longer leg. No error: the foot goes half of the
+    way (pitch 0.05 rad), the right foot as far as its own straightening knee allows, both counted, every joint
+    within its limits."""
+    from motions.clips import _fk_model
+
+    a = _still(2)
+    J = g1.JOINT_NAMES.index
+    for name, v in (("knee", 0.0), ("hip_pitch", 0.0), ("ankle_pitch", 0.1)):
+        a["joint_pos"][:, 7 + J(f"left_{name}_joint")] = v
+    b = W.ground_feet(a, 0.02, 0.04)
+    after = _feet(b["joint_pos"])
+    assert after[:, 0, 3] == pytest.approx(0.05, abs=1e-3)
+    assert b["ground_feet"] == {"feet_partly_grounded": 4, "feet_left_as_they_were": 0}
+    m, qadr = _fk_model()[:2]
+    rng = np.array([m.jnt_range[m.jnt_qposadr.tolist().index(int(q))] for q in qadr])
+    assert np.all(b["joint_pos"][:, 7:] >= rng[:, 0] - 1e-9) and np.all(b["joint_pos"][:, 7:] <= rng[:, 1] + 1e-9)
+
+
 def test_dance_source_file():
     src = S.read_source(M.MOTIONS_DIR / "dance.source.yaml")
     assert src.package == "holosoma-inference==0.1.3" and src.member.endswith("ppo_g1_29dof_dancing.onnx")

@@ -186,7 +186,7 @@ def test_config_derives_the_observation_and_round_trips():
 def test_recipes_train_the_clips_as_tracking():
     from train.cli import recipe
 
-    for motion in ("dance", "dance_in_limits", "dance_calm", "dance_calm_grounded", "box_lift"):
+    for motion in ("dance", "dance_in_limits", "dance_calm", "dance_calm_grounded", "box_lift", "box_lift_grounded"):
         assert "env.task=tracking" in recipe(motion)
 
 
