@@ -142,24 +142,37 @@ class EvalSim:
         d, m = self.d, self.m
         return np.array([np.min(d.geom_xpos[s, 2] - m.geom_size[s, 0]) for s in self.soles])
 
+    def _on_floor(self) -> tuple[np.ndarray, np.ndarray]:
+        """(indices into d.contact, the robot's geom) of the robot-floor contacts now."""
+        c, n = self.d.contact, self.d.ncon
+        g1, g2 = np.asarray(c.geom1[:n]), np.asarray(c.geom2[:n])
+        idx = np.flatnonzero((g1 == self.floor) | (g2 == self.floor))
+        return idx, np.where(g1[idx] == self.floor, g2[idx], g1[idx])
+
     def floor_contacts(self) -> tuple[float, float, float]:
         """(max penetration m, total normal force N, sum over contacts of normal force x penetration
         N m) over robot-floor contacts now; the last / the second is the load-weighted penetration."""
-        d = self.d
-        n = d.ncon
-        if n == 0:
+        idx, _ = self._on_floor()
+        if len(idx) == 0:
             return 0.0, 0.0, 0.0
-        c = d.contact
-        on_floor = (c.geom1[:n] == self.floor) | (c.geom2[:n] == self.floor)
-        if not on_floor.any():
-            return 0.0, 0.0, 0.0
-        pen = float(max(0.0, -np.min(c.dist[:n][on_floor])))
+        dist = self.d.contact.dist
+        pen = float(max(0.0, -np.min(dist[idx])))
         fz = fpen = 0.0
-        for i in np.flatnonzero(on_floor):
-            mujoco.mj_contactForce(self.m, d, int(i), self._force)
+        for i in idx:
+            mujoco.mj_contactForce(self.m, self.d, int(i), self._force)
             fz += self._force[0]
-            fpen -= self._force[0] * c.dist[i]
+            fpen -= self._force[0] * dist[i]
         return pen, fz, fpen
+
+    def sole_forces(self) -> np.ndarray:
+        """(2,) normal force of the floor on each foot's sole spheres now (N), left then right."""
+        owner = {int(g): f for f, geoms in enumerate(self.soles) for g in np.atleast_1d(geoms)}
+        out = np.zeros(len(self.soles))
+        for i, geom in zip(*self._on_floor()):
+            if int(geom) in owner:
+                mujoco.mj_contactForce(self.m, self.d, int(i), self._force)
+                out[owner[int(geom)]] += self._force[0]
+        return out
 
 
 def reference_key_positions(sim: EvalSim, ref_q: np.ndarray, ref_base_pos: np.ndarray) -> np.ndarray:

@@ -11,7 +11,6 @@ import argparse
 import math
 import sys
 
-import mujoco
 import numpy as np
 
 from eval.closed_loop import ClosedLoop
@@ -21,20 +20,6 @@ from eval.sim import EvalSim
 from policies.runtime import PolicyRuntime
 from robots.body_frames import quat_to_mat
 from robots.physics import fallen
-
-def foot_forces(sim: EvalSim) -> np.ndarray:
-    """(2,) normal force of the floor on each foot's sole spheres (N), left then right."""
-    m, d = sim.m, sim.d
-    out, c6 = np.zeros(len(sim.soles)), np.zeros(6)
-    owner = {int(g): f for f, geoms in enumerate(sim.soles) for g in np.atleast_1d(geoms)}
-    for i in range(d.ncon):
-        con = d.contact[i]
-        other = con.geom2 if con.geom1 == sim.floor else con.geom1 if con.geom2 == sim.floor else None
-        if other is not None and int(other) in owner:
-            mujoco.mj_contactForce(m, d, i, c6)
-            out[owner[int(other)]] += c6[0]
-    return out
-
 
 def roll_pitch_deg(quat: np.ndarray) -> tuple[float, float]:
     r = quat_to_mat(np.asarray(quat, float))
@@ -61,7 +46,7 @@ def trace(policy, start_frame: int | None = None, seconds: float = 4.0,
         if k % every == 0:
             roll, pitch = roll_pitch_deg(quat)
             rows.append({"t": round(k * dt, 3), "frame": k0 + k, "roll_deg": roll, "pitch_deg": pitch, "z": z,
-                         "foot_force_n": foot_forces(sim).tolist(), "sole_height_m": sim.sole_heights().tolist()})
+                         "foot_force_n": sim.sole_forces().tolist(), "sole_height_m": sim.sole_heights().tolist()})
         if fallen(z, quat, **reference_bounds(tr, k0 + k)):
             return rows, k * dt
         target = loop.act(k0 + k).target

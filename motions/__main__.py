@@ -16,6 +16,7 @@ import numpy as np
 
 from motions.library import available_motions, contact_phases, load_motion, summary
 from motions.balance import HOVER_M, balance, hovering, outside_windows
+from motions.clip_files import motion_root_quat
 from motions.clips import sole_heights_and_ankles
 from motions.momentum import _root_pos, flight_consistency
 from motions.torques import upper_torque_ratio
@@ -56,8 +57,7 @@ def _preview(name: str, out: str | None) -> int:
         if com.size:
             print(f"    inside the feet in {np.mean(com > 0):.0%} (COM) and {np.mean(cop > 0):.0%} (CoP) of the "
                   f"{com.size} stance frames checked; median COM margin {np.median(com) * 100:+.1f} cm")
-    quat = m.ref_base_quat if m.ref_base_quat is not None else np.tile([1.0, 0.0, 0.0, 0.0], (m.num_steps, 1))
-    hover = hovering(sole_heights_and_ankles(_root_pos(m), quat, m.ref_q)[0])
+    hover = hovering(sole_heights_and_ankles(_root_pos(m), motion_root_quat(m), m.ref_q)[0])
     for f, foot in enumerate(("left", "right")):
         if hover[:, f].any():
             runs = [(a, c) for a, c in outside_windows(np.where(hover[:, f], -1.0, 1.0), m.times) if c - a >= 0.2]

@@ -24,6 +24,7 @@ import mujoco
 import numpy as np
 from scipy.spatial import ConvexHull, QhullError
 
+from motions.clip_files import motion_root_quat
 from motions.motion import Motion
 from robots.physics import GRAVITY
 
@@ -31,7 +32,7 @@ SOLE_ON_FLOOR_M = 0.005  # a sole sphere within this of its foot's lowest one su
 HOVER_M = (0.003, 0.02)  # a foot this high above the floor while the other stands: neither on the floor nor a step
 
 
-def sole_points(pos: np.ndarray, quat: np.ndarray | None, q: np.ndarray) -> np.ndarray:
+def sole_points(pos: np.ndarray, quat: np.ndarray, q: np.ndarray) -> np.ndarray:
     """(T, 2, S, 3) centres of each foot's sole contact spheres by FK on the bridge model."""
     from motions.clips import _fk_model
 
@@ -40,7 +41,7 @@ def sole_points(pos: np.ndarray, quat: np.ndarray | None, q: np.ndarray) -> np.n
     out = np.zeros((len(pos), 2, len(soles[0]), 3))
     for k in range(len(pos)):
         d.qpos[:3] = pos[k]
-        d.qpos[3:7] = (1.0, 0.0, 0.0, 0.0) if quat is None else quat[k]
+        d.qpos[3:7] = quat[k]
         d.qpos[qadr] = q[k]
         mujoco.mj_kinematics(model, d)
         for f in range(2):
@@ -83,7 +84,7 @@ def balance(m: Motion) -> dict:
     com = com_trajectory(m)
     L, _ = motion_angmom(m)
     cop = required_cop(com, L, float(np.sum(model.body_mass)), m.dt)
-    soles = sole_points(pos, m.ref_base_quat, m.ref_q)
+    soles = sole_points(pos, motion_root_quat(m), m.ref_q)
     contact = m.contact if m.contact is not None else np.ones((m.num_steps, 2), bool)
     stance = contact.any(axis=1)
     near_flight = np.convolve((~stance).astype(int), np.ones(3, int), mode="same") > 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
+from motions.clip_files import motion_root_quat
 from motions.motion import Motion
 from robots import g1
 
@@ -31,6 +32,7 @@ def upper_body_torque(m: Motion) -> np.ndarray:
     model, qadr = _fk_model()[:2]
     dadr = RM.motor_dof_adr(model)
     pos, vel, w, dq = reference_velocities(m)
+    quat = motion_root_quat(m)
     qvel = np.zeros((m.num_steps, model.nv))
     qvel[:, :3] = vel
     if w is not None:
@@ -44,7 +46,7 @@ def upper_body_torque(m: Motion) -> np.ndarray:
     try:
         for i in range(m.num_steps):
             d.qpos[:3] = pos[i]
-            d.qpos[3:7] = (1.0, 0.0, 0.0, 0.0) if m.ref_base_quat is None else m.ref_base_quat[i]
+            d.qpos[3:7] = quat[i]
             d.qpos[qadr] = m.ref_q[i]
             d.qvel[:], d.qacc[:] = qvel[i], qacc[i]
             mujoco.mj_inverse(model, d)
