@@ -10,6 +10,7 @@ clip (motions.clips). Used where the file's licence does not let the repository 
     package: holosoma-inference==0.1.3          # pip requirement, pinned
     member: holosoma_inference/models/wbt/ppo_g1_29dof_dancing.onnx
     window: {start_frame: 3617, frames: 751, lead_in_s: 2.0, lead_out_s: 2.0}   # 50 Hz; motions.windows.lead_in / lead_out
+    # optional in window: ground_feet_mm: [20, 40] (motions.windows.ground_feet), com_margin_mm: 20 (balance_com)
     selection: {...}                            # how the window was chosen (motions.windows.Window.record)
     description: one line
 
@@ -44,6 +45,9 @@ class Window(pydantic.BaseModel, extra="forbid"):
     # mm (full, blend): feet up to `full` above the floor put down on it, blended to untouched at `blend`
     # (motions.windows.ground_feet); none: the retargeted feet as they are
     ground_feet_mm: tuple[float, float] | None = None
+    # mm: the pelvis moved so the COM stays this far inside the feet while both stand (motions.windows.balance_com,
+    # after ground_feet); none: the retargeted pelvis
+    com_margin_mm: float | None = pydantic.Field(None, gt=0.0, lt=100.0)
 
     @pydantic.field_validator("ground_feet_mm")
     @classmethod
@@ -104,7 +108,8 @@ def wheel_member(package: str, member: str, cache: Path = CACHE) -> Path:
 
 def materialise(path, cache: Path = CACHE) -> Path:
     """The window the source file `path` describes, as a clip under cache (written once per file content)."""
-    from motions.windows import cut, ground_feet, lead_in, lead_out, read_clip_arrays, write_clip_arrays
+    from motions.windows import (balance_com, cut, ground_feet, lead_in, lead_out, read_clip_arrays,
+                                 write_clip_arrays)
 
     path = Path(path)
     src = read_source(path)
@@ -120,12 +125,14 @@ def materialise(path, cache: Path = CACHE) -> Path:
     arrays = cut(read_clip_arrays(full), src.window.start_frame, src.window.frames)
     if src.window.ground_feet_mm is not None:
         arrays = ground_feet(arrays, *(x / 1000.0 for x in src.window.ground_feet_mm))
+    if src.window.com_margin_mm is not None:
+        arrays = balance_com(arrays, src.window.com_margin_mm / 1000.0)
     if src.window.lead_in_s > 0:
         arrays = lead_in(arrays, src.window.lead_in_s)
     if src.window.lead_out_s > 0:
         arrays = lead_out(arrays, src.window.lead_out_s)
     write_clip_arrays(out, arrays, note={"source": src.package, "member": src.member, **src.window.model_dump(),
-                                         **arrays.get("ground_feet", {})})
+                                         **arrays.get("ground_feet", {}), **arrays.get("balance_com", {})})
     return out
 
 

@@ -245,6 +245,17 @@ GROUND_TOL = 0.01  # m and rad together: how close ground_feet must reach a foot
 # a joint limit can keep it a few mm short; the dance's kicks: at most 4 mm)
 
 
+def _legs(m) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per leg, left then right: the (dof addresses, qpos addresses, joint ids) of its six joints, hip to ankle."""
+    legs = []
+    for side in ("left", "right"):
+        js = [m.joint(f"{side}_{n}_joint") for n in ("hip_pitch", "hip_roll", "hip_yaw", "knee", "ankle_pitch",
+                                                     "ankle_roll")]
+        legs.append((np.array([int(j.dofadr[0]) for j in js]), np.array([int(j.qposadr[0]) for j in js]),
+                     np.array([int(j.id) for j in js])))
+    return legs
+
+
 def _reach(m, d, body, dofs, qpos_adr, ranges, goal_p, goal_q, iterations, jacp, jacr) -> float:
     """Damped Gauss-Newton on one leg's joints (within `ranges`) towards the foot pose (goal_p, goal_q); leaves
     them in d.qpos and returns the remaining |error| (m and rad together)."""
@@ -295,12 +306,7 @@ def ground_feet(arrays: dict, full_m: float, blend_m: float, iterations: int = 3
     feet = [int(m.geom_bodyid[g[0]]) for g in soles]
     local = [m.geom_pos[g] for g in soles]  # sphere centres in the foot's frame
     radius = [m.geom_size[g, 0] for g in soles]
-    legs = []
-    for side in ("left", "right"):
-        js = [m.joint(f"{side}_{n}_joint") for n in ("hip_pitch", "hip_roll", "hip_yaw", "knee", "ankle_pitch",
-                                                     "ankle_roll")]
-        legs.append((np.array([int(j.dofadr[0]) for j in js]), np.array([int(j.qposadr[0]) for j in js]),
-                     np.array([int(j.id) for j in js])))
+    legs = _legs(m)
     col = {int(a): i for i, a in enumerate(qadr)}
     jacp, jacr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
     changed = np.zeros(len(jp), bool)
@@ -353,6 +359,103 @@ def ground_feet(arrays: dict, full_m: float, blend_m: float, iterations: int = 3
     return out
 
 
+def _into(points: np.ndarray, p: np.ndarray, margin: float) -> np.ndarray:
+    """The shortest horizontal move of floor point p that puts it `margin` inside the convex hull of `points`
+    (a least-distance problem on the hull's edge lines moved in by margin); a hull too thin for that margin:
+    the move to its most-inside point (the centre of its largest inscribed circle)."""
+    from scipy.optimize import linprog, minimize
+    from scipy.spatial import ConvexHull
+
+    eq = ConvexHull(points).equations  # n . x + offset <= 0 inside, |n| = 1
+    A, b = eq[:, :2], -eq[:, 2]
+    if np.all(A @ p - b + margin <= 1e-12):
+        return np.zeros(2)
+    deepest = linprog([0.0, 0.0, -1.0], A_ub=np.hstack([A, np.ones((len(A), 1))]), b_ub=b,
+                      bounds=[(None, None), (None, None), (0.0, None)])
+    if deepest.status != 0 or deepest.x[2] <= margin:
+        return deepest.x[:2] - p if deepest.status == 0 else np.zeros(2)
+    res = minimize(lambda x: float((x - p) @ (x - p)), deepest.x[:2], jac=lambda x: 2 * (x - p), method="SLSQP",
+                   constraints=[{"type": "ineq", "fun": lambda x: b - margin - A @ x, "jac": lambda x: -A}])
+    return res.x - p
+
+
+def balance_com(arrays: dict, margin_m: float, smooth_s: float = 0.2, iterations: int = 6) -> dict:
+    """The clip with its pelvis moved horizontally where the whole robot's COM comes nearer than margin_m to an
+    edge of the feet (or leaves them) while both feet stand: retargeting keeps a human's proportions, and a
+    human's squat over the forefoot puts the G1's COM past its toes. Per double-support frame (both feet's
+    lowest sole spheres within motions.balance.SOLE_ON_FLOOR_M of the floor, the lower foot's lowest sphere),
+    the COM move that puts it margin_m inside the support polygon (the sole spheres on the floor); the moves
+    are smoothed over time (a Gaussian of smooth_s), then the pelvis is moved until the COM has moved that
+    much (a few fixed-point steps: the legs stay behind), both legs re-solved to keep each foot's world pose
+    (damped Gauss-Newton within the joint limits, as ground_feet). Pelvis height and orientation, waist and
+    arms untouched; changed frames' velocities are central differences. The returned "balance_com" entry: the
+    frames moved and the largest pelvis move (m)."""
+    import mujoco
+    from scipy.ndimage import gaussian_filter1d
+
+    from motions.balance import SOLE_ON_FLOOR_M
+    from motions.clips import _fk_model
+
+    if not 0 < margin_m < 0.1:
+        raise MotionError(f"balance_com: margin_m {margin_m} m; give 0 < margin < 0.1 m")
+    m, qadr, soles, _, _ = _fk_model()
+    d = mujoco.MjData(m)
+    jp = np.asarray(arrays["joint_pos"], float).copy()
+    fps = float(arrays["fps"])
+    soles = [np.atleast_1d(g) for g in soles]
+    feet = [int(m.geom_bodyid[g[0]]) for g in soles]
+    radius = [m.geom_size[g, 0] for g in soles]
+    legs = _legs(m)
+    col = {int(a): i for i, a in enumerate(qadr)}
+    leg_cols = [ROOT_COLS + np.array([col[int(a)] for a in qpos_adr]) for _, qpos_adr, _ in legs]
+    jacp, jacr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
+
+    def pose(k):
+        d.qpos[:3], d.qpos[3:7], d.qpos[qadr] = jp[k, 0:3], jp[k, 3:7], jp[k, ROOT_COLS:]
+        mujoco.mj_kinematics(m, d)
+        mujoco.mj_comPos(m, d)
+
+    want = np.zeros((len(jp), 2))
+    for k in range(len(jp)):
+        pose(k)
+        bottoms = [d.geom_xpos[g, 2] - r for g, r in zip(soles, radius)]
+        floor = min(float(b.min()) for b in bottoms)
+        if all(b.min() <= floor + SOLE_ON_FLOOR_M for b in bottoms):
+            pts = np.concatenate([d.geom_xpos[g][b <= b.min() + SOLE_ON_FLOOR_M, :2] for g, b in zip(soles, bottoms)])
+            want[k] = _into(pts, d.subtree_com[0][:2], margin_m)
+    want = gaussian_filter1d(want, smooth_s * fps, axis=0, mode="nearest")
+    moved = np.flatnonzero(np.linalg.norm(want, axis=1) > 1e-4)
+    worst, largest = 0.0, 0.0
+    for k in moved:
+        pose(k)
+        com0, pelvis0 = d.subtree_com[0][:2].copy(), jp[k, 0:2].copy()
+        goals = [(d.xpos[f].copy(), d.xquat[f].copy()) for f in feet]
+        shift = want[k].copy()
+        for _ in range(iterations):
+            jp[k, 0:2] = pelvis0 + shift
+            pose(k)
+            for f, (dofs, qpos_adr, jnts) in enumerate(legs):
+                err = _reach(m, d, feet[f], dofs, qpos_adr, m.jnt_range[jnts], *goals[f], 30, jacp, jacr)
+                jp[k, leg_cols[f]] = d.qpos[qpos_adr]
+            pose(k)
+            shift += want[k] - (d.subtree_com[0][:2] - com0)
+        worst = max(worst, err)
+        largest = max(largest, float(np.linalg.norm(jp[k, 0:2] - pelvis0)))
+    if worst > GROUND_TOL:
+        raise MotionError(f"balance_com: a foot could not be kept in place within {worst * 1e3:.1f} mm / mrad "
+                          f"(joint limits?): use a smaller margin_m")
+    out = {**arrays, "joint_pos": jp, "balance_com": {"frames_moved": int(len(moved)),
+                                                      "largest_pelvis_move_m": round(largest, 4)}}
+    if len(moved):
+        changed = np.zeros(len(jp), int)
+        changed[moved] = 1
+        near = np.convolve(changed, np.ones(3, int))[1:-1] > 0
+        jv = np.asarray(arrays["joint_vel"], float).copy()
+        jv[near] = velocities(jp, fps)[near]
+        out["joint_vel"] = jv
+    return out
+
+
 def lead_out(arrays: dict, seconds: float, hold_s: float = 0.5) -> dict:
     """The clip with `seconds` of made-up frames after it back to standing: `lead_in` of the clip played
     backwards, played forwards (its velocities' signs turned back), ending in `hold_s` of the home pose."""
@@ -377,5 +480,5 @@ def write_clip_arrays(path, arrays: dict, note: dict | None = None) -> Path:
     return path
 
 
-__all__ = ["MAX_TILT_DEG", "Window", "activity", "activity_parts", "best_window", "cut", "ground_feet", "lead_in",
-           "lead_out", "read_clip_arrays", "torque_ratio", "velocities", "write_clip_arrays"]
+__all__ = ["MAX_TILT_DEG", "Window", "activity", "activity_parts", "balance_com", "best_window", "cut", "ground_feet",
+           "lead_in", "lead_out", "read_clip_arrays", "torque_ratio", "velocities", "write_clip_arrays"]

@@ -216,6 +216,80 @@ def test_ground_feet_takes_part_of_the_way_to_a_pose_a_straight_knee_cannot_reac
     assert np.all(b["joint_pos"][:, 7:] >= rng[:, 0] - 1e-9) and np.all(b["joint_pos"][:, 7:] <= rng[:, 1] + 1e-9)
 
 
+def test_the_shortest_move_into_a_hull_hand_values():
+    """The unit square, margin 0.1: a point 0.2 past the right edge moves 0.3 left; one past the corner (1.2, 1.3)
+    moves to (0.9, 0.9); a point inside stays; a margin larger than the square allows (0.7): its centre. A
+    triangle 5 cm high (inscribed circle of radius 2.5 cm) asked for 10 cm: its incentre."""
+    from motions.balance import support_margin
+
+    sq = np.array([[0, 0], [1, 0], [1, 1], [0, 1.0]])
+    np.testing.assert_allclose(W._into(sq, np.array([1.2, 0.5]), 0.1), [-0.3, 0.0], atol=1e-6)
+    np.testing.assert_allclose(W._into(sq, np.array([1.2, 1.3]), 0.1), [-0.3, -0.4], atol=1e-6)
+    np.testing.assert_array_equal(W._into(sq, np.array([0.5, 0.4]), 0.1), [0.0, 0.0])
+    np.testing.assert_allclose(W._into(sq, np.array([3.0, 3.0]), 0.7), [-2.5, -2.5], atol=1e-6)
+    tri, p = np.array([[0, 0], [1, 0], [0.5, 0.05]]), np.array([0.5, -0.2])
+    r = 0.5 * 0.05 / (0.5 + math.hypot(0.5, 0.05))  # inradius: area / semi-perimeter
+    assert support_margin(tri, p + W._into(tri, p, 0.1)) == pytest.approx(r, abs=1e-6)
+
+
+def _foot_xy(jp: np.ndarray) -> np.ndarray:
+    """(T, 2, 2) world x, y of each foot body by FK."""
+    import mujoco
+
+    from motions.clips import _fk_model
+
+    m, qadr, soles, _, _ = _fk_model()
+    d = mujoco.MjData(m)
+    out = []
+    for row in jp:
+        d.qpos[:3], d.qpos[3:7], d.qpos[qadr] = row[0:3], row[3:7], row[7:]
+        mujoco.mj_kinematics(m, d)
+        out.append([d.xpos[m.geom_bodyid[np.atleast_1d(g)[0]], :2] for g in soles])
+    return np.array(out)
+
+
+def test_balance_com_moves_the_pelvis_back_until_the_com_is_inside_the_feet(tmp_path):
+    """The home pose leaning over its toes (waist pitch 0.5 rad, arms forward): the COM 0.3 mm inside the feet's
+    front edge (home: 4.2 cm). Asked for 3 cm, the pelvis goes back and the legs follow: the COM 3 cm inside
+    (motions.balance on the written clip, to 2 mm), each foot's world pose kept (0.5 mm / 1 mrad), the pelvis's
+    height and orientation and the waist and arms untouched. A pose with the margin already is left alone."""
+    from motions.balance import balance
+    from motions.clips import load_clip
+
+    def lean(waist_pitch):
+        a = _still(5)
+        J = g1.JOINT_NAMES.index
+        a["joint_pos"][:, 7 + J("waist_pitch_joint")] = waist_pitch
+        for side in ("left", "right"):
+            a["joint_pos"][:, 7 + J(f"{side}_shoulder_pitch_joint")] = -1.5
+        return a
+
+    def margin(a, name):
+        p = W.write_clip_arrays(tmp_path / name, a)
+        return balance(load_clip(p, g1.CONTROL_DT))["com_margin"][2]
+
+    a = lean(0.5)
+    assert 0 < margin(a, "a.npz") < 0.002
+    b = W.balance_com(a, 0.03)
+    assert margin(b, "b.npz") == pytest.approx(0.03, abs=0.002)
+    assert b["balance_com"]["frames_moved"] == 5 and b["joint_pos"][2, 0] < a["joint_pos"][2, 0] - 0.03
+    np.testing.assert_array_equal(b["joint_pos"][:, 2:7], a["joint_pos"][:, 2:7])
+    legs = [i for i, n in enumerate(g1.JOINT_NAMES) if n.startswith(("left_hip", "left_knee", "left_ankle",
+                                                                    "right_hip", "right_knee", "right_ankle"))]
+    upper = np.setdiff1d(np.arange(g1.NUM_MOTORS), legs)
+    np.testing.assert_array_equal(b["joint_pos"][:, 7 + upper], a["joint_pos"][:, 7 + upper])
+    fa, fb = _feet(a["joint_pos"]), _feet(b["joint_pos"])
+    np.testing.assert_allclose(fb[..., :2], fa[..., :2], atol=5e-4)  # sole heights
+    np.testing.assert_allclose(fb[..., 2:], fa[..., 2:], atol=1e-3)  # roll, pitch
+    np.testing.assert_allclose(_foot_xy(b["joint_pos"]), _foot_xy(a["joint_pos"]), atol=5e-4)
+    home = _still(5)
+    c = W.balance_com(home, 0.03)
+    assert c["balance_com"]["frames_moved"] == 0
+    np.testing.assert_array_equal(c["joint_pos"], home["joint_pos"])
+    with pytest.raises(M.MotionError, match="margin"):
+        W.balance_com(a, 0.2)
+
+
 def test_dance_source_file():
     src = S.read_source(M.MOTIONS_DIR / "dance.source.yaml")
     assert src.package == "holosoma-inference==0.1.3" and src.member.endswith("ppo_g1_29dof_dancing.onnx")
