@@ -245,15 +245,70 @@ GROUND_TOL = 0.01  # m and rad together: how close ground_feet must reach a foot
 # a joint limit can keep it a few mm short; the dance's kicks: at most 4 mm)
 
 
-def _legs(m) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per leg, left then right: the (dof addresses, qpos addresses, joint ids) of its six joints, hip to ankle."""
+@dataclasses.dataclass
+class _Legs:
+    """The bridge model set up for foot-pose IK: its data, each foot's sole spheres (ids, centres in the foot's
+    frame, radii) and body, and per leg (left, right) its six joints' dof and qpos addresses, ranges and columns
+    in a clip's joint_pos."""
+    m: object
+    d: object
+    qadr: np.ndarray
+    soles: list
+    local: list
+    radius: list
+    feet: list
+    legs: list  # (dofs, qpos_adr, ranges, joint_pos columns) per leg
+    jacp: np.ndarray
+    jacr: np.ndarray
+
+    def pose(self, row: np.ndarray) -> None:
+        """Set a clip frame (root position, quaternion, 29 joints) and run the kinematics and COM."""
+        import mujoco
+
+        self.d.qpos[:3], self.d.qpos[3:7], self.d.qpos[self.qadr] = row[0:3], row[3:7], row[ROOT_COLS:]
+        mujoco.mj_kinematics(self.m, self.d)
+        mujoco.mj_comPos(self.m, self.d)
+
+    def bottoms(self) -> list[np.ndarray]:
+        """Per foot, its sole spheres' bottom heights now."""
+        return [self.d.geom_xpos[g, 2] - r for g, r in zip(self.soles, self.radius)]
+
+    def reach(self, f: int, goal_p, goal_q, iterations: int) -> float:
+        dofs, qpos_adr, ranges, _ = self.legs[f]
+        return _reach(self.m, self.d, self.feet[f], dofs, qpos_adr, ranges, goal_p, goal_q, iterations, self.jacp,
+                      self.jacr)
+
+
+def _leg_ik() -> _Legs:
+    import mujoco
+
+    from motions.clips import _fk_model
+
+    m, qadr, soles, _, _ = _fk_model()
+    soles = [np.atleast_1d(g) for g in soles]
+    col = {int(a): i for i, a in enumerate(qadr)}
     legs = []
     for side in ("left", "right"):
         js = [m.joint(f"{side}_{n}_joint") for n in ("hip_pitch", "hip_roll", "hip_yaw", "knee", "ankle_pitch",
                                                      "ankle_roll")]
-        legs.append((np.array([int(j.dofadr[0]) for j in js]), np.array([int(j.qposadr[0]) for j in js]),
-                     np.array([int(j.id) for j in js])))
-    return legs
+        qpos_adr = np.array([int(j.qposadr[0]) for j in js])
+        legs.append((np.array([int(j.dofadr[0]) for j in js]), qpos_adr, m.jnt_range[[int(j.id) for j in js]],
+                     ROOT_COLS + np.array([col[int(a)] for a in qpos_adr])))
+    return _Legs(m=m, d=mujoco.MjData(m), qadr=qadr, soles=soles, local=[m.geom_pos[g] for g in soles],
+                 radius=[m.geom_size[g, 0] for g in soles], feet=[int(m.geom_bodyid[g[0]]) for g in soles],
+                 legs=legs, jacp=np.zeros((3, m.nv)), jacr=np.zeros((3, m.nv)))
+
+
+def _with_velocities(arrays: dict, jp: np.ndarray, changed: np.ndarray, **extra) -> dict:
+    """The clip with joint_pos jp; the changed frames' and their neighbours' velocities central differences of
+    it, the others' kept."""
+    out = {**arrays, "joint_pos": jp, **extra}
+    if changed.any():
+        near = np.convolve(changed.astype(int), np.ones(3, int))[1:-1] > 0
+        jv = np.asarray(arrays["joint_vel"], float).copy()
+        jv[near] = velocities(jp, float(arrays["fps"]))[near]
+        out["joint_vel"] = jv
+    return out
 
 
 def _reach(m, d, body, dofs, qpos_adr, ranges, goal_p, goal_q, iterations, jacp, jacr) -> float:
@@ -295,33 +350,25 @@ def ground_feet(arrays: dict, full_m: float, blend_m: float, iterations: int = 3
     others keep theirs."""
     import mujoco
 
-    from motions.clips import _fk_model, slerp
+    from motions.clips import slerp
 
     if not 0 < full_m < blend_m:
         raise MotionError(f"ground_feet: need 0 < full ({full_m} m) < blend ({blend_m} m)")
-    m, qadr, soles, _, _ = _fk_model()
-    d = mujoco.MjData(m)
+    ik = _leg_ik()
+    d = ik.d
     jp = np.asarray(arrays["joint_pos"], float).copy()
-    soles = [np.atleast_1d(g) for g in soles]
-    feet = [int(m.geom_bodyid[g[0]]) for g in soles]
-    local = [m.geom_pos[g] for g in soles]  # sphere centres in the foot's frame
-    radius = [m.geom_size[g, 0] for g in soles]
-    legs = _legs(m)
-    col = {int(a): i for i, a in enumerate(qadr)}
-    jacp, jacr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
     changed = np.zeros(len(jp), bool)
     reduced = {"share": 0, "kept": 0}
     for k in range(len(jp)):
-        d.qpos[:3], d.qpos[3:7], d.qpos[qadr] = jp[k, 0:3], jp[k, 3:7], jp[k, ROOT_COLS:]
-        mujoco.mj_kinematics(m, d)
-        bottoms = [d.geom_xpos[g, 2] - r for g, r in zip(soles, radius)]
+        ik.pose(jp[k])
+        bottoms = ik.bottoms()
         floor = min(float(b.min()) for b in bottoms)
         goals = []
         for f in range(2):
             w = float(np.clip((blend_m - (bottoms[f].max() - floor)) / (blend_m - full_m), 0.0, 1.0))
             if w == 0.0:
                 continue
-            body = feet[f]
+            body = ik.feet[f]
             quat = d.xquat[body].copy()
             yaw = np.arctan2(d.xmat[body][3], d.xmat[body][0])
             level = np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])
@@ -330,16 +377,15 @@ def ground_feet(arrays: dict, full_m: float, blend_m: float, iterations: int = 3
             rot = np.empty(9)
             mujoco.mju_quat2Mat(rot, goal_q)
             low = floor + (1.0 - w) * (float(bottoms[f].min()) - floor)  # the goal's lowest sphere bottom
-            z = low - float(np.min((local[f] @ rot.reshape(3, 3).T)[:, 2] - radius[f]))
+            z = low - float(np.min((ik.local[f] @ rot.reshape(3, 3).T)[:, 2] - ik.radius[f]))
             goals.append((f, d.xpos[body].copy(), quat, np.array([d.xpos[body][0], d.xpos[body][1], z]), goal_q))
         for f, start_p, start_q, goal_p, goal_q in goals:
-            body, (dofs, qpos_adr, jnts) = feet[f], legs[f]
+            _, qpos_adr, _, cols = ik.legs[f]
             q_start = d.qpos[qpos_adr].copy()
             for share in (1.0, 0.5, 0.25, 0.125):  # a goal the leg cannot reach (a straight knee): less of it
                 d.qpos[qpos_adr] = q_start
-                p_goal = start_p + share * (goal_p - start_p)
-                q_goal = slerp(start_q[None], goal_q[None], np.array([share]))[0]
-                err = _reach(m, d, body, dofs, qpos_adr, m.jnt_range[jnts], p_goal, q_goal, iterations, jacp, jacr)
+                err = ik.reach(f, start_p + share * (goal_p - start_p),
+                               slerp(start_q[None], goal_q[None], np.array([share]))[0], iterations)
                 if err <= GROUND_TOL:
                     break
             if err > GROUND_TOL:
@@ -347,16 +393,10 @@ def ground_feet(arrays: dict, full_m: float, blend_m: float, iterations: int = 3
                 reduced["kept"] += 1
                 continue
             reduced["share"] += share < 1.0
-            jp[k, ROOT_COLS + np.array([col[int(a)] for a in qpos_adr])] = d.qpos[qpos_adr]
+            jp[k, cols] = d.qpos[qpos_adr]
             changed[k] = True
-    out = {**arrays, "joint_pos": jp, "ground_feet": {"feet_partly_grounded": reduced["share"],
-                                                      "feet_left_as_they_were": reduced["kept"]}}
-    if changed.any():
-        near = np.convolve(changed.astype(int), np.ones(3, int))[1:-1] > 0  # their neighbours' differences
-        jv = np.asarray(arrays["joint_vel"], float).copy()
-        jv[near] = velocities(jp, float(arrays["fps"]))[near]
-        out["joint_vel"] = jv
-    return out
+    return _with_velocities(arrays, jp, changed, ground_feet={"feet_partly_grounded": reduced["share"],
+                                                               "feet_left_as_they_were": reduced["kept"]})
 
 
 def _into(points: np.ndarray, p: np.ndarray, margin: float) -> np.ndarray:
@@ -390,70 +430,47 @@ def balance_com(arrays: dict, margin_m: float, smooth_s: float = 0.2, iterations
     (damped Gauss-Newton within the joint limits, as ground_feet). Pelvis height and orientation, waist and
     arms untouched; changed frames' velocities are central differences. The returned "balance_com" entry: the
     frames moved and the largest pelvis move (m)."""
-    import mujoco
     from scipy.ndimage import gaussian_filter1d
 
     from motions.balance import SOLE_ON_FLOOR_M
-    from motions.clips import _fk_model
 
     if not 0 < margin_m < 0.1:
         raise MotionError(f"balance_com: margin_m {margin_m} m; give 0 < margin < 0.1 m")
-    m, qadr, soles, _, _ = _fk_model()
-    d = mujoco.MjData(m)
+    ik = _leg_ik()
+    d = ik.d
     jp = np.asarray(arrays["joint_pos"], float).copy()
-    fps = float(arrays["fps"])
-    soles = [np.atleast_1d(g) for g in soles]
-    feet = [int(m.geom_bodyid[g[0]]) for g in soles]
-    radius = [m.geom_size[g, 0] for g in soles]
-    legs = _legs(m)
-    col = {int(a): i for i, a in enumerate(qadr)}
-    leg_cols = [ROOT_COLS + np.array([col[int(a)] for a in qpos_adr]) for _, qpos_adr, _ in legs]
-    jacp, jacr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
-
-    def pose(k):
-        d.qpos[:3], d.qpos[3:7], d.qpos[qadr] = jp[k, 0:3], jp[k, 3:7], jp[k, ROOT_COLS:]
-        mujoco.mj_kinematics(m, d)
-        mujoco.mj_comPos(m, d)
-
     want = np.zeros((len(jp), 2))
     for k in range(len(jp)):
-        pose(k)
-        bottoms = [d.geom_xpos[g, 2] - r for g, r in zip(soles, radius)]
+        ik.pose(jp[k])
+        bottoms = ik.bottoms()
         floor = min(float(b.min()) for b in bottoms)
         if all(b.min() <= floor + SOLE_ON_FLOOR_M for b in bottoms):
-            pts = np.concatenate([d.geom_xpos[g][b <= b.min() + SOLE_ON_FLOOR_M, :2] for g, b in zip(soles, bottoms)])
+            pts = np.concatenate([d.geom_xpos[g][b <= b.min() + SOLE_ON_FLOOR_M, :2]
+                                  for g, b in zip(ik.soles, bottoms)])
             want[k] = _into(pts, d.subtree_com[0][:2], margin_m)
-    want = gaussian_filter1d(want, smooth_s * fps, axis=0, mode="nearest")
-    moved = np.flatnonzero(np.linalg.norm(want, axis=1) > 1e-4)
+    want = gaussian_filter1d(want, smooth_s * float(arrays["fps"]), axis=0, mode="nearest")
+    moved = np.linalg.norm(want, axis=1) > 1e-4
     worst, largest = 0.0, 0.0
-    for k in moved:
-        pose(k)
+    for k in np.flatnonzero(moved):
+        ik.pose(jp[k])
         com0, pelvis0 = d.subtree_com[0][:2].copy(), jp[k, 0:2].copy()
-        goals = [(d.xpos[f].copy(), d.xquat[f].copy()) for f in feet]
+        goals = [(d.xpos[f].copy(), d.xquat[f].copy()) for f in ik.feet]
         shift = want[k].copy()
         for _ in range(iterations):
             jp[k, 0:2] = pelvis0 + shift
-            pose(k)
-            for f, (dofs, qpos_adr, jnts) in enumerate(legs):
-                err = _reach(m, d, feet[f], dofs, qpos_adr, m.jnt_range[jnts], *goals[f], 30, jacp, jacr)
-                jp[k, leg_cols[f]] = d.qpos[qpos_adr]
-            pose(k)
+            ik.pose(jp[k])
+            for f, (_, qpos_adr, _, cols) in enumerate(ik.legs):
+                err = ik.reach(f, *goals[f], 30)
+                jp[k, cols] = d.qpos[qpos_adr]
+            ik.pose(jp[k])
             shift += want[k] - (d.subtree_com[0][:2] - com0)
         worst = max(worst, err)
         largest = max(largest, float(np.linalg.norm(jp[k, 0:2] - pelvis0)))
     if worst > GROUND_TOL:
         raise MotionError(f"balance_com: a foot could not be kept in place within {worst * 1e3:.1f} mm / mrad "
                           f"(joint limits?): use a smaller margin_m")
-    out = {**arrays, "joint_pos": jp, "balance_com": {"frames_moved": int(len(moved)),
-                                                      "largest_pelvis_move_m": round(largest, 4)}}
-    if len(moved):
-        changed = np.zeros(len(jp), int)
-        changed[moved] = 1
-        near = np.convolve(changed, np.ones(3, int))[1:-1] > 0
-        jv = np.asarray(arrays["joint_vel"], float).copy()
-        jv[near] = velocities(jp, fps)[near]
-        out["joint_vel"] = jv
-    return out
+    return _with_velocities(arrays, jp, moved, balance_com={"frames_moved": int(moved.sum()),
+                                                            "largest_pelvis_move_m": round(largest, 4)})
 
 
 def lead_out(arrays: dict, seconds: float, hold_s: float = 0.5) -> dict:
