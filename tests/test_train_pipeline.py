@@ -37,21 +37,38 @@ def tiny(iterations: int, motion: str = "hop"):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
+    """One 2-iteration run with --select-every 1 shared by the module's tests (each training costs minutes of
+    tracing and compiling the SHAC iteration); returns (run dir, export dir, the SHAC trainer it built). The
+    tests that read the run as trained come before test_resume_continues_from_checkpoint, which continues it."""
+    import train.pipeline as P
+
     root = tmp_path_factory.mktemp("runs")
     out = root / "artifact"
-    run = train_run(tiny(2), run_root=root, export_dir=str(out), checkpoint_every=1, progress=False)
-    return run, out
+    built, make = [], P.make_trainer
+
+    def make_trainer(cfg, env):
+        built.append(make(cfg, env))
+        return built[-1]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(P, "make_trainer", make_trainer)
+        run = train_run(tiny(2), run_root=root, export_dir=str(out), checkpoint_every=1, progress=False,
+                        select_every=1, select_episodes=2)
+    assert len(built) == 1
+    return run, out, built[0]
 
 
 @pytest.mark.jax
 def test_pipeline_train_export_run_in_deploy_runner(trained):
-    run, out = trained
+    run, out, _ = trained
     for f in ("config.yaml", "metrics.csv", "curves.png", "checkpoints/latest.npz"):
         assert (run / f).is_file(), f
     lines = (run / "metrics.csv").read_text().strip().splitlines()
     assert len(lines) == 3  # header + 2 iterations
     art = A.load_artifact(out)
-    assert art.spec.motion.name == "hop" and art.spec.provenance["iterations"] == 2
+    # the selected candidate's iteration; the export of the final iteration: test_resume_continues_from_checkpoint
+    selected = json.loads((run / "select" / "select.json").read_text())["selected_iteration"]
+    assert art.spec.motion.name == "hop" and art.spec.provenance["iterations"] == selected in (1, 2)
     assert art.spec.provenance["algorithm"] == "shac"
     runner = PolicyRuntime(art)
     o = runner.step(0, q=np.asarray(art.spec.default_joint_pos), dq=np.zeros(29), gyro=np.zeros(3),
@@ -66,13 +83,11 @@ def _weights(art) -> list:
 
 
 @pytest.mark.jax
-def test_selection_exports_the_best_evaluated_candidate(tmp_path):
+def test_selection_exports_the_best_evaluated_candidate(trained):
     """--select-every: each candidate is exported and evaluated by `python -m eval` (a subprocess, seed SEED);
     the exported policy is the candidate rank() puts first (its ONNX weights, its iteration), and select.json
     holds each candidate's eval.json figures."""
-    out = tmp_path / "artifact"
-    run = train_run(tiny(2), run_root=tmp_path, export_dir=str(out), checkpoint_every=1, progress=False,
-                    select_every=1, select_episodes=2)
+    run, out, _ = trained
     sel = json.loads((run / "select" / "select.json").read_text())
     rows = sel["candidates"]
     assert [r["iteration"] for r in rows] == [1, 2] and sel["eval_seed"] == SEED
@@ -91,28 +106,28 @@ def test_selection_exports_the_best_evaluated_candidate(tmp_path):
 
 
 @pytest.mark.jax
-def test_ctrl_c_stops_after_the_iteration_and_saves(tmp_path):
-    """A SIGINT sent in iteration 2 (from the progress callback, as a Ctrl-C lands between or inside iterations)
-    stops the loop after it; the state is saved at iteration 2 and the run exports; a second SIGINT in the same
-    loop interrupts at once."""
+def test_ctrl_c_stops_after_the_iteration_and_saves(trained):
+    """A SIGINT sent in iteration 1 of 2 (from the progress callback, as a Ctrl-C lands between or inside
+    iterations) stops the loop after it; the state is saved at iteration 1 and the run exports; a second SIGINT
+    in the same loop interrupts at once. The trainer is the module run's (its compiled iteration)."""
     import os
     import signal
 
     from train.trainer import StopRequest, train
 
-    cfg = tiny(5)
-    env = G1Env(cfg.env, load_motion(cfg.motion))
+    cfg, trainer = tiny(2), trained[2]
+    assert trainer.cfg.iterations == 2
     saved = []
 
     def progress(it, m):
-        if it == 2:
+        if it == 1:
             os.kill(os.getpid(), signal.SIGINT)
 
     before = signal.getsignal(signal.SIGINT)  # the default, or SIG_IGN in a pytest-xdist worker
-    params, metrics = train(cfg, env, progress_fn=progress, checkpoint_every=100,
+    params, metrics = train(cfg, None, progress_fn=progress, checkpoint_every=100, trainer=trainer,
                             checkpoint_fn=lambda ts, it, m: saved.append((it, np.asarray(ts.obs_norm.mean).copy())))
-    assert metrics["stopped"] == "interrupted (Ctrl-C)" and metrics["iterations"] == 2
-    assert [it for it, _ in saved] == [2] and np.all(np.isfinite(saved[0][1]))
+    assert metrics["stopped"] == "interrupted (Ctrl-C)" and metrics["iterations"] == 1
+    assert [it for it, _ in saved] == [1] and np.all(np.isfinite(saved[0][1]))
     assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(params.actor))
     assert signal.getsignal(signal.SIGINT) == before  # restored after the loop
     with pytest.raises(KeyboardInterrupt):
@@ -123,10 +138,12 @@ def test_ctrl_c_stops_after_the_iteration_and_saves(tmp_path):
 
 @pytest.mark.jax
 def test_resume_continues_from_checkpoint(trained):
-    run, out = trained
+    run, out, _ = trained
     train_run(tiny(3), resume=str(run), export_dir=str(out), progress=False)
     lines = (run / "metrics.csv").read_text().strip().splitlines()
     assert len(lines) == 4 and lines[-1].split(",")[lines[0].split(",").index("iteration")] == "3"
+    art = A.load_artifact(out)  # without --select-every: the final iteration's policy
+    assert art.spec.provenance["iterations"] == 3 and "selected" not in art.spec.provenance
     # the learning rate continues the 3-iteration schedule from where the checkpoint left it
     lr = float(lines[-1].split(",")[lines[0].split(",").index("actor_lr")])
     cfg = PRESETS["cpu"].shac
@@ -140,7 +157,7 @@ def test_env_and_deploy_build_the_same_observation():
     motion = load_motion("hop")
     env = G1Env(EnvConfig(domain_rand=DR.DomainRandConfig.off(), obs_noise=0.0), motion)
     step = jax.jit(env.step)
-    s = env.reset(jax.random.PRNGKey(0))
+    s = jax.jit(env.reset)(jax.random.PRNGKey(0))  # one compile, not op-by-op; the step then compiles once
     rng = np.random.default_rng(0)
     for _ in range(3):
         s = step(s, jnp.asarray(rng.normal(0, 0.3, 29), jnp.float32))
