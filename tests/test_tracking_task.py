@@ -186,7 +186,8 @@ def test_config_derives_the_observation_and_round_trips():
 def test_recipes_train_the_clips_as_tracking():
     from train.cli import recipe
 
-    for motion in ("dance", "dance_in_limits", "dance_calm", "dance_calm_grounded", "box_lift", "box_lift_grounded"):
+    for motion in ("dance", "dance_in_limits", "dance_calm", "dance_calm_grounded", "dance_calm_balanced", "box_lift",
+                   "box_lift_grounded"):
         assert "env.task=tracking" in recipe(motion)
 
 
@@ -215,7 +216,9 @@ def test_tracking_env_smoke_and_observation_contract(tracking_env):
 
     env = tracking_env
     assert env.observation_size == O.obs_size(O.term_specs(O.TRACKING_OBS_TERMS))
-    s = env.reset_batch(jax.random.PRNGKey(1), 2)
+    # jitted: one compile instead of op-by-op dispatch, and device-committed outputs as the step returns them,
+    # so the step's first compile serves every later call
+    s = jax.jit(env.reset_batch, static_argnums=1)(jax.random.PRNGKey(1), 2)
     assert np.all(np.asarray(s.end_step) == np.minimum(np.asarray(s.step) + 100, 324))
     step = jax.jit(jax.vmap(env.step))
     reset_done = jax.jit(env.reset_done)
