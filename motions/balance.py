@@ -75,7 +75,8 @@ def required_cop(com: np.ndarray, L: np.ndarray, mass: float, dt: float) -> np.n
 
 def balance(m: Motion) -> dict:
     """Per frame (T,): `com` (T, 3), `cop` (T, 2), `com_margin`, `cop_margin` (m; NaN where not checked), the
-    `checked` stance mask of the CoP check, and the worst of each with its time."""
+    `checked` stance mask of the CoP check, `support` (per frame the (n, 2) floor points whose convex hull is the
+    support polygon; None in flight), and the worst of each margin with its time."""
     from motions.clips import _fk_model
     from motions.momentum import _root_pos, com_trajectory, motion_angmom
 
@@ -91,14 +92,16 @@ def balance(m: Motion) -> dict:
     checked = stance & ~near_flight
     checked[:2] = checked[-2:] = False  # one-sided differences at the ends
     com_margin, cop_margin = np.full(m.num_steps, np.nan), np.full(m.num_steps, np.nan)
+    support = [None] * m.num_steps
     for k in np.flatnonzero(stance):
         on = soles[k][contact[k]]  # (feet, S, 3): a foot's spheres on the floor (within 5 mm of its lowest; heel lift)
-        pts = on[on[..., 2] <= on[..., 2].min(axis=1, keepdims=True) + SOLE_ON_FLOOR_M][:, :2]
+        pts = support[k] = on[on[..., 2] <= on[..., 2].min(axis=1, keepdims=True) + SOLE_ON_FLOOR_M][:, :2]
         com_margin[k] = support_margin(pts, com[k, :2])
         if checked[k]:
             cop_margin[k] = support_margin(pts, cop[k]) if np.all(np.isfinite(cop[k])) else -np.inf
     t = m.times
-    out = {"com": com, "cop": cop, "com_margin": com_margin, "cop_margin": cop_margin, "checked": checked}
+    out = {"com": com, "cop": cop, "com_margin": com_margin, "cop_margin": cop_margin, "checked": checked,
+           "support": support}
     for key in ("com_margin", "cop_margin"):
         v = out[key]
         k = None if np.isnan(v).all() else int(np.nanargmin(v))

@@ -10,7 +10,8 @@ clip (motions.clips). Used where the file's licence does not let the repository 
     package: holosoma-inference==0.1.3          # pip requirement, pinned
     member: holosoma_inference/models/wbt/ppo_g1_29dof_dancing.onnx
     window: {start_frame: 3617, frames: 751, lead_in_s: 2.0, lead_out_s: 2.0}   # 50 Hz; motions.windows.lead_in / lead_out
-    # optional in window: ground_feet_mm: [20, 40] (motions.windows.ground_feet), com_margin_mm: 20 (balance_com)
+    # optional in window: ground_feet_mm: [20, 40] (motions.windows.ground_feet), com_margin_mm: 20 (balance_com),
+    # cop_margin_mm: 10 (balance_cop), applied in that order before the lead-in and lead-out
     selection: {...}                            # how the window was chosen (motions.windows.Window.record)
     description: one line
 
@@ -48,6 +49,9 @@ class Window(pydantic.BaseModel, extra="forbid"):
     # mm: the pelvis moved so the COM stays this far inside the feet while both stand (motions.windows.balance_com,
     # after ground_feet); none: the retargeted pelvis
     com_margin_mm: float | None = pydantic.Field(None, gt=0.0, lt=100.0)
+    # mm: the COM path bent so the centre of pressure the motion needs stays this far inside the feet
+    # (motions.windows.balance_cop, after balance_com); none: the retargeted COM path
+    cop_margin_mm: float | None = pydantic.Field(None, ge=0.0, lt=50.0)
 
     @pydantic.field_validator("ground_feet_mm")
     @classmethod
@@ -107,13 +111,15 @@ def wheel_member(package: str, member: str, cache: Path = CACHE) -> Path:
 
 
 def materialise(path, cache: Path = CACHE) -> Path:
-    """The window the source file `path` describes, as a clip under cache (written once per file content)."""
-    from motions.windows import (balance_com, cut, ground_feet, lead_in, lead_out, read_clip_arrays,
+    """The window the source file `path` describes, as a clip under cache (written once per content of the file and
+    of motions/windows.py, which builds it)."""
+    from motions import windows
+    from motions.windows import (balance_com, balance_cop, cut, ground_feet, lead_in, lead_out, read_clip_arrays,
                                  write_clip_arrays)
 
     path = Path(path)
     src = read_source(path)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256(path.read_bytes() + Path(windows.__file__).read_bytes()).hexdigest()[:12]  # file + code
     name = path.name[: -len(SOURCE_SUFFIX)]
     out = cache / "clips" / f"{name}-{digest}.npz"
     if out.is_file():
@@ -127,12 +133,15 @@ def materialise(path, cache: Path = CACHE) -> Path:
         arrays = ground_feet(arrays, *(x / 1000.0 for x in src.window.ground_feet_mm))
     if src.window.com_margin_mm is not None:
         arrays = balance_com(arrays, src.window.com_margin_mm / 1000.0)
+    if src.window.cop_margin_mm is not None:
+        arrays = balance_cop(arrays, src.window.cop_margin_mm / 1000.0)
     if src.window.lead_in_s > 0:
         arrays = lead_in(arrays, src.window.lead_in_s)
     if src.window.lead_out_s > 0:
         arrays = lead_out(arrays, src.window.lead_out_s)
     write_clip_arrays(out, arrays, note={"source": src.package, "member": src.member, **src.window.model_dump(),
-                                         **arrays.get("ground_feet", {}), **arrays.get("balance_com", {})})
+                                         **arrays.get("ground_feet", {}), **arrays.get("balance_com", {}),
+                                         **{f"balance_cop_{k}": v for k, v in arrays.get("balance_cop", {}).items()}})
     return out
 
 

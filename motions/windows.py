@@ -29,6 +29,7 @@ import numpy as np
 from motions.clip_files import ROOT_COLS, _fps, _map_joint_names
 from motions.motion import MotionError
 from robots import g1
+from robots.physics import GRAVITY
 
 MAX_TILT_DEG = 40.0  # deg: the pelvis tilt a chosen window stays under (safety trip 45.8 deg, module docstring)
 
@@ -146,15 +147,22 @@ class Window:
 def torque_ratio(arrays: dict) -> np.ndarray:
     """(T,) per frame: the largest |torque| / limit over the waist and arm joints that the clip's motion needs
     (motions.torques), the clip imported at its own rate."""
+    from motions.torques import UPPER, upper_body_torque
+
+    return (np.abs(upper_body_torque(_as_motion(arrays))) / g1.TORQUE_LIMIT[UPPER]).max(axis=1)
+
+
+def _as_motion(arrays: dict):
+    """The clip imported at its own rate (motions.clips.clip_to_motion: its first frame turned to +x at x = y = 0,
+    standing on the floor at z = 0), frame for frame."""
     from motions.clip_files import RawClip
     from motions.clips import clip_to_motion
-    from motions.torques import UPPER, upper_body_torque
 
     jp, fps = np.asarray(arrays["joint_pos"], float), float(arrays["fps"])
     m = clip_to_motion(RawClip(Path("<clip>"), fps, jp[:, :3], jp[:, 3:7], jp[:, ROOT_COLS:], "by name"), 1.0 / fps)
     if m.num_steps != len(jp):
         raise MotionError(f"the clip imported at its own rate has {m.num_steps} frames, not {len(jp)}")
-    return (np.abs(upper_body_torque(m)) / g1.TORQUE_LIMIT[UPPER]).max(axis=1)
+    return m
 
 
 def best_window(arrays: dict, seconds: float, max_tilt_deg: float = MAX_TILT_DEG,
@@ -241,6 +249,7 @@ def lead_in(arrays: dict, seconds: float, hold_s: float = 0.5) -> dict:
     return {**arrays, "joint_pos": out, "joint_vel": np.concatenate([vel, np.asarray(arrays["joint_vel"], float)])}
 
 
+MAX_DROP_M = 0.03  # m: how far _move_com may lower the pelvis so that a straight leg reaches its foot
 GROUND_TOL = 0.01  # m and rad together: how close ground_feet must reach a foot pose to take it (a straight knee or
 # a joint limit can keep it a few mm short; the dance's kicks: at most 4 mm)
 
@@ -438,7 +447,7 @@ def balance_com(arrays: dict, margin_m: float, smooth_s: float = 0.2, iterations
         raise MotionError(f"balance_com: margin_m {margin_m} m; give 0 < margin < 0.1 m")
     ik = _leg_ik()
     d = ik.d
-    jp = np.asarray(arrays["joint_pos"], float).copy()
+    jp = np.asarray(arrays["joint_pos"], float)
     want = np.zeros((len(jp), 2))
     for k in range(len(jp)):
         ik.pose(jp[k])
@@ -449,28 +458,174 @@ def balance_com(arrays: dict, margin_m: float, smooth_s: float = 0.2, iterations
                                   for g, b in zip(ik.soles, bottoms)])
             want[k] = _into(pts, d.subtree_com[0][:2], margin_m)
     want = gaussian_filter1d(want, smooth_s * float(arrays["fps"]), axis=0, mode="nearest")
-    moved = np.linalg.norm(want, axis=1) > 1e-4
-    worst, largest = 0.0, 0.0
-    for k in np.flatnonzero(moved):
-        ik.pose(jp[k])
-        com0, pelvis0 = d.subtree_com[0][:2].copy(), jp[k, 0:2].copy()
+    out = _move_com(arrays, want, iterations, "balance_com")
+    out.pop("share")
+    return out
+
+
+def _move_com(arrays: dict, want: np.ndarray, iterations: int, what: str) -> dict:
+    """The clip with each frame's COM moved horizontally by want[k] (T, 2; m, the clip's frame): the pelvis moved
+    until the COM has moved that much (fixed-point steps: the legs stay behind), both legs re-solved to keep each
+    foot's world pose. A frame whose feet cannot be kept in place within GROUND_TOL (a straight stance leg the
+    move would stretch) has its pelvis lowered as little as lets the legs reach (up to MAX_DROP_M); one that
+    still cannot (an ankle at its roll limit) takes the largest part of its move that they can (bisection to
+    1/64), or none. The returned `what` entry: the frames moved, those moved
+    part of the way and those left, the largest pelvis move (m), the frames lowered and the largest drop (m); `share` (T,): the part of each frame's
+    move taken."""
+    ik = _leg_ik()
+    d = ik.d
+    jp0 = np.asarray(arrays["joint_pos"], float)
+
+    def moved(row: np.ndarray, shift_to: np.ndarray, drop: float) -> tuple[np.ndarray, float]:
+        ik.pose(row)
+        com0 = d.subtree_com[0][:2].copy()
         goals = [(d.xpos[f].copy(), d.xquat[f].copy()) for f in ik.feet]
-        shift = want[k].copy()
+        out, shift, errs = row.copy(), shift_to.copy(), [0.0]
+        out[2] = row[2] - drop
         for _ in range(iterations):
-            jp[k, 0:2] = pelvis0 + shift
-            ik.pose(jp[k])
+            out[0:2] = row[0:2] + shift
+            ik.pose(out)
+            errs = []
             for f, (_, qpos_adr, _, cols) in enumerate(ik.legs):
-                err = ik.reach(f, *goals[f], 30)
-                jp[k, cols] = d.qpos[qpos_adr]
-            ik.pose(jp[k])
-            shift += want[k] - (d.subtree_com[0][:2] - com0)
-        worst = max(worst, err)
-        largest = max(largest, float(np.linalg.norm(jp[k, 0:2] - pelvis0)))
-    if worst > GROUND_TOL:
-        raise MotionError(f"balance_com: a foot could not be kept in place within {worst * 1e3:.1f} mm / mrad "
-                          f"(joint limits?): use a smaller margin_m")
-    return _with_velocities(arrays, jp, moved, balance_com={"frames_moved": int(moved.sum()),
-                                                            "largest_pelvis_move_m": round(largest, 4)})
+                errs.append(ik.reach(f, *goals[f], 30))
+                out[cols] = d.qpos[qpos_adr]
+            ik.pose(out)
+            shift += shift_to - (d.subtree_com[0][:2] - com0)
+        return out, max(errs)
+
+    def move(row: np.ndarray, shift_to: np.ndarray) -> tuple[np.ndarray, float]:
+        """The frame moved; a straight leg the move stretches: the pelvis lowered as little as lets it reach
+        (bisection to 0.25 mm, at most MAX_DROP_M)."""
+        out, err = moved(row, shift_to, 0.0)
+        if err <= GROUND_TOL:
+            return out, err
+        best, err = moved(row, shift_to, MAX_DROP_M)
+        if err > GROUND_TOL:
+            return out, err
+        lo, hi = 0.0, MAX_DROP_M
+        for _ in range(7):
+            o, e = moved(row, shift_to, 0.5 * (lo + hi))
+            lo, hi, best = (lo, 0.5 * (lo + hi), o) if e <= GROUND_TOL else (0.5 * (lo + hi), hi, best)
+        return best, 0.0
+
+    share = np.ones(len(jp0))
+    jp = jp0.copy()
+    for k in np.flatnonzero(np.linalg.norm(want, axis=1) > 1e-4):
+        row, err = move(jp0[k], want[k])
+        if err > GROUND_TOL:  # the largest part of the move the legs can take (bisection to 1/64)
+            row, lo, hi = jp0[k], 0.0, 1.0
+            for _ in range(6):
+                r, e = move(jp0[k], 0.5 * (lo + hi) * want[k])
+                row, lo, hi = (r, 0.5 * (lo + hi), hi) if e <= GROUND_TOL else (row, lo, 0.5 * (lo + hi))
+            share[k] = lo
+        jp[k] = row
+    count = {"part": int(np.sum((share > 0) & (share < 1))), "left": int(np.sum(share == 0))}
+    pelvis = np.linalg.norm(jp[:, 0:2] - jp0[:, 0:2], axis=1)
+    changed = np.any(jp != jp0, axis=1)
+    drop = jp0[:, 2] - jp[:, 2]
+    return _with_velocities(arrays, jp, changed, share=share, **{what: {
+        "frames_moved": int(changed.sum()), "frames_moved_part_of_the_way": count["part"],
+        "frames_left": count["left"], "largest_pelvis_move_m": round(float(pelvis.max()), 4),
+        "frames_lowered": int(np.sum(drop > 0)), "largest_pelvis_drop_m": round(float(drop.max()), 4)}})
+
+
+def _second_derivative(T: int, dt: float):
+    """(T, T) sparse matrix of np.gradient applied twice (central differences inside, one-sided at the ends):
+    the operator motions.balance.required_cop takes the COM's acceleration with."""
+    from scipy import sparse
+
+    eye = np.eye(T)
+    return sparse.csr_matrix(np.gradient(np.gradient(eye, dt, axis=0), dt, axis=0))
+
+
+def balance_cop(arrays: dict, margin_m: float, smooth: float = 30.0, accel: float = 1e3, rounds: int = 4,
+                iterations: int = 6) -> dict:
+    """The clip with its COM path bent so that the centre of pressure its motion needs (motions.balance) stays
+    margin_m inside the feet on the floor. A tracking policy cannot follow a reference whose CoP leaves its feet:
+    the floor cannot push there. Moving the COM by d(t) horizontally (the pelvis moved, both feet kept in place)
+    moves the needed CoP by
+
+        d(t) - h(t) d''(t),   h = c_z / (c_z'' + g)
+
+    (required_cop with the COM's horizontal acceleration changed, its height, vertical acceleration and angular
+    momentum kept): a few cm of COM acceleration move the CoP as far as metres of lean would. The move d (T, 2)
+    minimises |d|^2 + smooth |d_k+1 - d_k|^2 + accel |d_k+1 - 2 d_k + d_k-1|^2 + 1e4 |the CoP past the support
+    polygon shrunk by margin_m|^2 (+ 1e4 |d_k past the frame's reach|^2) over the CoP-checked stance frames
+    (L-BFGS-B on a convex penalty); the pelvis is moved until the COM has (_move_com: both feet kept in place).
+    Rounds repeat the solve, linearised about the moved clip (its legs and angular momentum changed a little),
+    with a frame whose legs could not take its whole move held within 95 % of the part they took (its reach),
+    until no checked frame's CoP is past the shrunk polygon by more than 2 mm or `rounds` are spent. Frames next
+    to a flight (both feet off the floor) are not checked and not constrained. The returned "balance_cop"
+    entry: frames moved, the largest pelvis move, the rounds run, the frames still held short of their move, and
+    the share of the checked frames with the CoP inside the feet before and after."""
+    from scipy import sparse
+    from scipy.optimize import minimize
+    from scipy.spatial import ConvexHull
+
+    from motions.balance import balance
+    from motions.clips import yaw_of
+
+    if not 0 <= margin_m < 0.05:
+        raise MotionError(f"balance_cop: margin_m {margin_m} m; give 0 <= margin < 0.05 m")
+    fps = float(arrays["fps"])
+    T = len(arrays["joint_pos"])
+    D2 = _second_derivative(T, 1.0 / fps)
+    D1 = sparse.diags([-np.ones(T - 1), np.ones(T - 1)], [0, 1], shape=(T - 1, T)).tocsr()
+    R = sparse.block_diag([D1, D1]).tocsr()
+    A = sparse.block_diag([D1[1:] - D1[:-1]] * 2).tocsr()  # x_k+1 - 2 x_k + x_k-1
+    yaw = yaw_of(np.asarray(arrays["joint_pos"], float)[0, 3:7])
+    to_clip = np.array([[np.cos(yaw), -np.sin(yaw)], [np.sin(yaw), np.cos(yaw)]])  # the motion's frame -> the clip's
+    out, done, first, held = arrays, 0, None, 0
+    moved = np.zeros(2 * T)  # the move taken so far (the motion's frame; x then y)
+    reach = np.full(T, np.inf)
+    for done in range(1, rounds + 1):
+        b = balance(_as_motion(out))
+        first = _inside(b) if first is None else first
+        com = b["com"]
+        h = com[:, 2] / (np.gradient(np.gradient(com[:, 2], 1.0 / fps), 1.0 / fps) + GRAVITY)
+        rows, rhs = [], []
+        for k in np.flatnonzero(b["checked"] & np.all(np.isfinite(b["cop"]), axis=1)):
+            if len(b["support"][k]) < 3:
+                continue
+            for n in ConvexHull(b["support"][k]).equations:  # n[:2] . (cop + dp) + n[2] <= -margin
+                rows.append((k, n[0], n[1]))
+                rhs.append(-margin_m - n[2] - n[:2] @ b["cop"][k])
+        if not rows or np.max(-np.array(rhs)) <= 0.002:
+            break
+        k_, nx, ny = (np.array(c) for c in zip(*rows))
+        M = sparse.identity(T, format="csr") - sparse.diags(h) @ D2  # a COM move -> its CoP move, per axis
+        G = sparse.hstack([sparse.diags(nx) @ M[k_], sparse.diags(ny) @ M[k_]]).tocsr()
+        rhs = np.array(rhs) + G @ moved  # G (x - moved) <= rhs: the constraint on the whole move x
+        cap = np.where(np.isfinite(reach), reach, 0.0)
+
+        def f(x):
+            v = np.maximum(G @ x - rhs, 0.0)
+            r, a = R @ x, A @ x
+            norm = np.hypot(x[:T], x[T:])
+            over = np.where(np.isfinite(reach), np.maximum(norm - cap, 0.0), 0.0)
+            d_over = np.where(over > 0, over / np.maximum(norm, 1e-12), 0.0)
+            return (x @ x + smooth * r @ r + accel * a @ a + 1e4 * (v @ v + over @ over),
+                    2 * x + 2 * smooth * (R.T @ r) + 2 * accel * (A.T @ a) + 2e4 * (G.T @ v)
+                    + 2e4 * np.concatenate([d_over * x[:T], d_over * x[T:]]))
+
+        x = minimize(f, moved, jac=True, method="L-BFGS-B", options={"maxiter": 20000, "maxfun": 40000}).x
+        out = _move_com(arrays, (to_clip @ x.reshape(2, T)).T, iterations, "balance_cop")
+        share = out.pop("share")
+        short = share < 1.0 - 1e-9
+        reach[short] = np.minimum(reach[short], 0.95 * share[short] * np.hypot(x[:T], x[T:])[short])
+        held = int(short.sum())
+        moved = x * np.concatenate([share, share])
+    pelvis = np.linalg.norm(np.asarray(out["joint_pos"])[:, 0:2] - np.asarray(arrays["joint_pos"])[:, 0:2], axis=1)
+    return {**out, "balance_cop": {"frames_moved": int((pelvis > 1e-5).sum()),
+                                   "largest_pelvis_move_m": round(float(pelvis.max()), 4), "rounds": done,
+                                   "frames_held_short": held, "cop_inside_before": first,
+                                   "cop_inside_after": _inside(balance(_as_motion(out)))}}
+
+
+def _inside(b: dict) -> float:
+    """The share of motions.balance's CoP-checked frames whose CoP is inside the feet."""
+    cm = b["cop_margin"][b["checked"]]
+    return round(float(np.mean(cm > 0)), 3) if len(cm) else 1.0
 
 
 def lead_out(arrays: dict, seconds: float, hold_s: float = 0.5) -> dict:
@@ -497,5 +652,5 @@ def write_clip_arrays(path, arrays: dict, note: dict | None = None) -> Path:
     return path
 
 
-__all__ = ["MAX_TILT_DEG", "Window", "activity", "activity_parts", "balance_com", "best_window", "cut", "ground_feet",
+__all__ = ["MAX_TILT_DEG", "Window", "activity", "activity_parts", "balance_com", "balance_cop", "best_window", "cut", "ground_feet",
            "lead_in", "lead_out", "read_clip_arrays", "torque_ratio", "velocities", "write_clip_arrays"]

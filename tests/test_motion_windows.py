@@ -276,6 +276,74 @@ def test_balance_com_moves_the_pelvis_back_until_the_com_is_inside_the_feet(tmp_
         W.balance_com(a, 0.2)
 
 
+def _sway(frames: int, amplitude: float, hz: float) -> dict:
+    """The home pose with its COM swaying forward and back, amplitude * sin(2 pi hz t), the feet kept in place."""
+    a = _still(frames)
+    t = np.arange(frames) / FPS
+    want = np.c_[amplitude * np.sin(2 * np.pi * hz * t), np.zeros(frames)]
+    out = W._move_com(a, want, 6, "sway")
+    assert out.pop("share").min() == 1.0
+    return out
+
+
+def test_the_cop_a_com_move_buys_is_the_move_minus_height_over_g_times_its_acceleration(tmp_path):
+    """balance_cop's linear model against motions.balance's Newton-Euler CoP (angular momentum included): a
+    standing robot swaying its COM 1 cm at 1 Hz needs its CoP at d - c_z d'' / (c_z'' + g) (c_z'' = 0 here:
+    the home pose's COM height over g, 0.07 s^2), a sway 1 + 0.07 (2 pi)^2 = 3.8 times the COM's, to 15 % of
+    it (the model leaves out the angular momentum of the legs swinging under the pelvis; balance_cop's rounds
+    re-linearise about the moved clip) and four times closer than the COM's own sway."""
+    from motions.balance import balance
+    from motions.clips import load_clip
+
+    a = _sway(100, 0.01, 1.0)
+    b = balance(load_clip(W.write_clip_arrays(tmp_path / "a.npz", a), 1.0 / FPS))
+    still = balance(load_clip(W.write_clip_arrays(tmp_path / "s.npz", _still(100)), 1.0 / FPS))
+    com_z = still["com"][0, 2]
+    d = b["com"][:, 0] - still["com"][:, 0]
+    dd = np.gradient(np.gradient(d, 1.0 / FPS), 1.0 / FPS)
+    k = b["checked"]
+    cop, model = b["cop"][k, 0] - still["cop"][k, 0], d[k] - com_z / 9.81 * dd[k]
+    assert np.abs(cop - model).max() < 0.15 * np.abs(model).max()
+    assert np.abs(cop - model).max() < 0.25 * np.abs(cop - d[k]).max()
+    assert np.ptp(cop) == pytest.approx(np.ptp(d[k]) * (1 + com_z / 9.81 * (2 * np.pi) ** 2), rel=0.15)
+
+
+def test_balance_cop_bends_the_com_path_until_the_cop_is_inside_the_feet(tmp_path):
+    """The home pose swaying its COM 2 cm at 1.5 Hz needs its CoP 14 cm forward and back: past the toes and the
+    heels (motions.balance). balance_cop brings it 1 cm inside in every checked frame (to the 2 mm it stops at),
+    with the pelvis moved less than the 2 cm sway (undoing the sway would do), each foot's world pose kept
+    (0.5 mm / 1 mrad), the pelvis height and orientation and the waist and arms untouched. A clip whose CoP is
+    inside already is left alone; a bad margin is refused."""
+    from motions.balance import balance
+    from motions.clips import load_clip
+
+    def cop_margin(a, name):
+        b = balance(load_clip(W.write_clip_arrays(tmp_path / name, a), 1.0 / FPS))
+        return b["cop_margin"][b["checked"]]
+
+    a = _sway(100, 0.02, 1.5)
+    assert cop_margin(a, "a.npz").min() < -0.03
+    b = W.balance_cop(a, 0.01)
+    assert cop_margin(b, "b.npz").min() > 0.008
+    assert b["balance_cop"]["cop_inside_after"] == 1.0 and b["balance_cop"]["frames_held_short"] == 0
+    assert b["balance_cop"]["largest_pelvis_move_m"] < 0.02
+    np.testing.assert_array_equal(b["joint_pos"][:, 2:7], a["joint_pos"][:, 2:7])
+    legs = [i for i, n in enumerate(g1.JOINT_NAMES) if n.startswith(("left_hip", "left_knee", "left_ankle",
+                                                                    "right_hip", "right_knee", "right_ankle"))]
+    upper = np.setdiff1d(np.arange(g1.NUM_MOTORS), legs)
+    np.testing.assert_array_equal(b["joint_pos"][:, 7 + upper], a["joint_pos"][:, 7 + upper])
+    fa, fb = _feet(a["joint_pos"]), _feet(b["joint_pos"])
+    np.testing.assert_allclose(fb[..., :2], fa[..., :2], atol=5e-4)
+    np.testing.assert_allclose(fb[..., 2:4], fa[..., 2:4], atol=1e-3)
+    np.testing.assert_allclose(fb[..., 4:], fa[..., 4:], atol=5e-4)
+    calm = _sway(100, 0.005, 0.5)
+    c = W.balance_cop(calm, 0.01)
+    assert c["balance_cop"]["frames_moved"] == 0 and c["balance_cop"]["cop_inside_before"] == 1.0
+    np.testing.assert_array_equal(c["joint_pos"], calm["joint_pos"])
+    with pytest.raises(M.MotionError, match="margin"):
+        W.balance_cop(a, 0.1)
+
+
 def test_dance_source_file():
     src = S.read_source(M.MOTIONS_DIR / "dance.source.yaml")
     assert src.package == "holosoma-inference==0.1.3" and src.member.endswith("ppo_g1_29dof_dancing.onnx")
