@@ -135,7 +135,7 @@ def test_held_nominal_keeps_the_plain_forward_and_the_bundles_gradient(plain_res
 def test_perturbation_moves_the_foot_by_sigma(env):
     """Cartesian foot displacement of the J^+ offsets: std ~ sigma_p per axis, zero mean; only the legs move."""
     B = 4000
-    s = env.reset(jax.random.PRNGKey(0))
+    s = jax.jit(env.reset)(jax.random.PRNGKey(0))  # one compile instead of op-by-op dispatch
     cfg = BCGConfig(sigma_p=0.01, sigma_v=0.02)
 
     @jax.jit
@@ -160,7 +160,8 @@ def test_perturbation_moves_the_foot_by_sigma(env):
     # only leg joints move (ankle roll does not move the foot site: its Jacobian column is 0)
     assert set(np.flatnonzero(moved)) <= set(legs.tolist()) and moved.sum() >= 10
     # one stiff foot: only that leg moves
-    br1 = perturb_branches(env, s, jax.random.PRNGKey(2), jnp.asarray([False, True]), cfg, branches=8)
+    br1 = jax.jit(lambda key, stiff: perturb_branches(env, s, key, stiff, cfg, branches=8))(
+        jax.random.PRNGKey(2), jnp.asarray([False, True]))
     moved = np.any(np.asarray(br1.data.qpos) != np.asarray(s.data.qpos)[None], axis=0)
     assert set(np.flatnonzero(moved)) <= set(env.leg_qadr[1].tolist()) and moved.sum() >= 5
 
@@ -182,7 +183,7 @@ FD_SCRIPT = textwrap.dedent(
     m.jnt_limited[:] = 0
     env = G1Env(nominal_cfg(), hold_pose_motion(60, "stand"), mj_model=m)
     assert env.init_data.qpos.dtype == jnp.float64
-    s0 = env.reset_batch(jax.random.PRNGKey(0), 1)
+    s0 = jax.jit(env.reset_batch, static_argnums=1)(jax.random.PRNGKey(0), 1)  # one compile, not op-by-op
     s0 = s0.replace(data=s0.data.replace(qpos=s0.data.qpos.at[:, 2].add(1.0)))  # lifted: no contact for 0.4 s
     def policy(p, obs, rng):
         return 0.5 * jnp.tanh(obs @ p["w"] + p["b"])
