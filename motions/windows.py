@@ -436,9 +436,9 @@ def balance_com(arrays: dict, margin_m: float, smooth_s: float = 0.2, iterations
     the COM move that puts it margin_m inside the support polygon (the sole spheres on the floor); the moves
     are smoothed over time (a Gaussian of smooth_s), then the pelvis is moved until the COM has moved that
     much (a few fixed-point steps: the legs stay behind), both legs re-solved to keep each foot's world pose
-    (damped Gauss-Newton within the joint limits, as ground_feet). Pelvis height and orientation, waist and
-    arms untouched; changed frames' velocities are central differences. The returned "balance_com" entry: the
-    frames moved and the largest pelvis move (m)."""
+    (damped Gauss-Newton within the joint limits, as ground_feet; _move_com). Pelvis orientation, waist and
+    arms untouched; changed frames' velocities are central differences. The returned "balance_com" entry:
+    _move_com's."""
     from scipy.ndimage import gaussian_filter1d
 
     from motions.balance import SOLE_ON_FLOOR_M
@@ -469,8 +469,8 @@ def _move_com(arrays: dict, want: np.ndarray, iterations: int, what: str) -> dic
     foot's world pose. A frame whose feet cannot be kept in place within GROUND_TOL (a straight stance leg the
     move would stretch) has its pelvis lowered as little as lets the legs reach (up to MAX_DROP_M); one that
     still cannot (an ankle at its roll limit) takes the largest part of its move that they can (bisection to
-    1/64), or none. The returned `what` entry: the frames moved, those moved
-    part of the way and those left, the largest pelvis move (m), the frames lowered and the largest drop (m); `share` (T,): the part of each frame's
+    1/64), or none. The returned `what` entry: the frames moved, those moved part of the way and those left, the
+    largest pelvis move (m), the frames lowered and the largest drop (m); `share` (T,): the part of each frame's
     move taken."""
     ik = _leg_ik()
     d = ik.d
