@@ -215,7 +215,7 @@ class SHAC:
         actor = {"net": self.actor_init(k_actor), "log_std": jnp.full(self.action_size, cfg.init_log_std)}
         critics = jax.vmap(lambda k: critic_init(k, self.obs_size, cfg.critic_hidden))(
             jax.random.split(k_critic, cfg.critic_ensemble))
-        env_state = self.reset_fn(k_env)
+        env_state = jax.jit(self.reset_fn)(k_env)  # one compile; op by op it dispatches for a minute and more
         if self.sharding is not None:
             env_state = jax.device_put(env_state, self.sharding)
         norm = obs_norm_update(obs_norm_init(self.obs_size), env_state.obs)
