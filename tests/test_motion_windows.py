@@ -234,6 +234,20 @@ def test_the_shortest_move_into_a_hull_hand_values():
     assert support_margin(tri, p + W._into(tri, p, 0.1)) == pytest.approx(r, abs=1e-6)
 
 
+def _only_the_pelvis_xy_and_legs_moved(a: dict, b: dict) -> None:
+    """Clip b is clip a with the pelvis moved horizontally and the legs re-solved: the pelvis's height and
+    orientation and the waist and arms the same, each foot's world pose kept (0.5 mm / 1 mrad)."""
+    np.testing.assert_array_equal(b["joint_pos"][:, 2:7], a["joint_pos"][:, 2:7])
+    legs = [i for i, n in enumerate(g1.JOINT_NAMES) if n.startswith(("left_hip", "left_knee", "left_ankle",
+                                                                    "right_hip", "right_knee", "right_ankle"))]
+    upper = np.setdiff1d(np.arange(g1.NUM_MOTORS), legs)
+    np.testing.assert_array_equal(b["joint_pos"][:, 7 + upper], a["joint_pos"][:, 7 + upper])
+    fa, fb = _feet(a["joint_pos"]), _feet(b["joint_pos"])
+    np.testing.assert_allclose(fb[..., :2], fa[..., :2], atol=5e-4)  # sole heights
+    np.testing.assert_allclose(fb[..., 2:4], fa[..., 2:4], atol=1e-3)  # roll, pitch
+    np.testing.assert_allclose(fb[..., 4:], fa[..., 4:], atol=5e-4)  # x, y
+
+
 def test_balance_com_moves_the_pelvis_back_until_the_com_is_inside_the_feet(tmp_path):
     """The home pose leaning over its toes (waist pitch 0.5 rad, arms forward): the COM 0.3 mm inside the feet's
     front edge (home: 4.2 cm). Asked for 3 cm, the pelvis goes back and the legs follow: the COM 3 cm inside
@@ -259,15 +273,7 @@ def test_balance_com_moves_the_pelvis_back_until_the_com_is_inside_the_feet(tmp_
     b = W.balance_com(a, 0.03)
     assert margin(b, "b.npz") == pytest.approx(0.03, abs=0.002)
     assert b["balance_com"]["frames_moved"] == 5 and b["joint_pos"][2, 0] < a["joint_pos"][2, 0] - 0.03
-    np.testing.assert_array_equal(b["joint_pos"][:, 2:7], a["joint_pos"][:, 2:7])
-    legs = [i for i, n in enumerate(g1.JOINT_NAMES) if n.startswith(("left_hip", "left_knee", "left_ankle",
-                                                                    "right_hip", "right_knee", "right_ankle"))]
-    upper = np.setdiff1d(np.arange(g1.NUM_MOTORS), legs)
-    np.testing.assert_array_equal(b["joint_pos"][:, 7 + upper], a["joint_pos"][:, 7 + upper])
-    fa, fb = _feet(a["joint_pos"]), _feet(b["joint_pos"])
-    np.testing.assert_allclose(fb[..., :2], fa[..., :2], atol=5e-4)  # sole heights
-    np.testing.assert_allclose(fb[..., 2:4], fa[..., 2:4], atol=1e-3)  # roll, pitch
-    np.testing.assert_allclose(fb[..., 4:], fa[..., 4:], atol=5e-4)  # x, y
+    _only_the_pelvis_xy_and_legs_moved(a, b)
     home = _still(5)
     c = W.balance_com(home, 0.03)
     assert c["balance_com"]["frames_moved"] == 0
@@ -327,15 +333,7 @@ def test_balance_cop_bends_the_com_path_until_the_cop_is_inside_the_feet(tmp_pat
     assert cop_margin(b, "b.npz").min() > 0.008
     assert b["balance_cop"]["cop_inside_after"] == 1.0 and b["balance_cop"]["frames_held_short"] == 0
     assert b["balance_cop"]["largest_pelvis_move_m"] < 0.02
-    np.testing.assert_array_equal(b["joint_pos"][:, 2:7], a["joint_pos"][:, 2:7])
-    legs = [i for i, n in enumerate(g1.JOINT_NAMES) if n.startswith(("left_hip", "left_knee", "left_ankle",
-                                                                    "right_hip", "right_knee", "right_ankle"))]
-    upper = np.setdiff1d(np.arange(g1.NUM_MOTORS), legs)
-    np.testing.assert_array_equal(b["joint_pos"][:, 7 + upper], a["joint_pos"][:, 7 + upper])
-    fa, fb = _feet(a["joint_pos"]), _feet(b["joint_pos"])
-    np.testing.assert_allclose(fb[..., :2], fa[..., :2], atol=5e-4)
-    np.testing.assert_allclose(fb[..., 2:4], fa[..., 2:4], atol=1e-3)
-    np.testing.assert_allclose(fb[..., 4:], fa[..., 4:], atol=5e-4)
+    _only_the_pelvis_xy_and_legs_moved(a, b)
     calm = _sway(100, 0.005, 0.5)
     c = W.balance_cop(calm, 0.01)
     assert c["balance_cop"]["frames_moved"] == 0 and c["balance_cop"]["cop_inside_before"] == 1.0
