@@ -652,5 +652,5 @@ def write_clip_arrays(path, arrays: dict, note: dict | None = None) -> Path:
     return path
 
 
-__all__ = ["MAX_TILT_DEG", "Window", "activity", "activity_parts", "balance_com", "balance_cop", "best_window", "cut", "ground_feet",
-           "lead_in", "lead_out", "read_clip_arrays", "torque_ratio", "velocities", "write_clip_arrays"]
+__all__ = ["MAX_TILT_DEG", "Window", "activity", "activity_parts", "balance_com", "balance_cop", "best_window", "cut",
+           "ground_feet", "lead_in", "lead_out", "read_clip_arrays", "torque_ratio", "velocities", "write_clip_arrays"]
