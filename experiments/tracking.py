@@ -34,6 +34,7 @@ from eval.policy_eval import evaluate_policy
 from experiments.runs_common import save_row
 from motions.sources import SOURCE_SUFFIX, read_source, wheel_member
 from robots import g1
+from train.bcg import BCGConfig
 from train.config import preset
 from train.tracking import DEFAULT_WEIGHTS, TrackingConfig
 
@@ -94,9 +95,29 @@ def changed_settings(cfg: dict) -> list[tuple[str, object]]:
     out = [(k, v) for k, v in tracking.get("weights") or [] if v != DEFAULT_WEIGHTS.get(k)]
     default = dataclasses.asdict(TrackingConfig())
     out += [(k, v) for k, v in tracking.items() if k != "weights" and not isinstance(v, list) and v != default.get(k)]
-    base = preset(cfg["preset"]).to_dict()["shac"]
-    return out + [(k, v) for k, v in cfg["shac"].items()
-                  if k not in ("iterations", "num_envs") and v != base.get(k)]
+    base = preset(cfg["preset"]).to_dict()
+    out += [(k, v) for k, v in cfg["shac"].items() if k not in ("iterations", "num_envs") and v != base["shac"].get(k)]
+    return out + contact_settings(cfg, base)
+
+
+BUNDLE_SHAPE = ("branches", "horizon", "sigma_p", "sigma_v", "clamp_q", "clamp_v")
+
+
+def contact_settings(cfg: dict, base: dict) -> list[tuple[str, object]]:
+    """The impulse contact's gate and relaxation, and the bundle where it is not the preset's: "seed bundle" with
+    its slot count where branches, window, offsets and clamps are those of BCGConfig.seed_settings (the committed
+    jump's recipe), else each changed bundle setting."""
+    env = cfg["env"]
+    out = [("kappa", env["kappa"]), ("gate", env["impulse_mode"]), ("relaxation", env["impulse_relaxation"])] \
+        if env.get("contact") == "impulse" else []
+    bcg = cfg.get("bcg") or {}
+    changed = {k: v for k, v in bcg.items() if v != base["bcg"].get(k)}
+    if not changed or cfg.get("algo") != "bcg":
+        return out
+    seed = dataclasses.asdict(BCGConfig.seed_settings(1, 1.0))
+    if all(bcg.get(k) == seed[k] for k in BUNDLE_SHAPE):
+        return out + [("seed bundle, slots", bcg["max_bundled_envs"])]
+    return out + [(f"bcg.{k}", v) for k, v in changed.items()]
 
 
 def our_training(folder: Path) -> dict:
