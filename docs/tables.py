@@ -56,6 +56,7 @@ TABLES: dict[str, Table] = {
                                ("results/tracking_policies.json",)),
     "eval_inputs": Table("experiments.eval_inputs:render_eval_inputs_table", ("results/eval_inputs.json",)),
     "tracking": Table("experiments.tracking:render_tracking_table", ("results/tracking.json",)),
+    "tracking_summary": Table("experiments.tracking:render_tracking_summary", ("results/tracking.json",)),
     "link_faults": Table("experiments.link_faults:render_link_faults_table", ("results/link_faults.json",)),
     "cpu_quota": Table("bench.cpu_quota:render_cpu_quota_table", ("results/cpu_quota.json",)),
     "bundle_drift": Table("bench.bundle_drift:render_bundle_drift_table", ("results/bundle_drift.json",)),

@@ -279,6 +279,29 @@ def render_tracking_table(results: dict) -> str:
     return "\n".join(rows)
 
 
+def render_tracking_summary(results: dict) -> str:
+    """Per clip: the field's policies and, of ours, the row that runs furthest into the segment (the mean time
+    each of its episodes ran, ties by the lower body-position error); the untrained baselines left out."""
+    def f(v, fmt):
+        return "-" if v is None else fmt.format(v)
+
+    clips: dict[str, list[dict]] = {}
+    for r in results["rows"].values():
+        if r["training"].get("samples") != 0 or r["policy"].startswith("holosoma"):
+            clips.setdefault(r["clip"], []).append(r)
+    rows = ["| clip | policy | segment s | falls | mean s tracked | body position error cm | training samples | "
+            "training wall min |", "|---|---|---|---|---|---|---|---|"]
+    for clip, rs in clips.items():
+        ours = [r for r in rs if not r["policy"].startswith("holosoma")]
+        best = max(ours, key=lambda r: (r["mean_policy_s"], -(r["body_pos_err_cm"] or 0.0)), default=None)
+        for r in [r for r in rs if r["policy"].startswith("holosoma")] + ([best] if best else []):
+            t = r["training"]
+            rows.append(f"| {clip} | {r['policy']} | {r['seconds']:g} | {r['falls']}/{r['episodes']} | "
+                        f"{r['mean_policy_s']:.2f} | {f(r['body_pos_err_cm'], '{:.1f}')} | "
+                        f"{f(t.get('samples'), '{:.3g}')} | {f(t.get('wall_min'), '{:.0f}')} |")
+    return "\n".join(rows)
+
+
 def termination_trend(rows: list[dict], n: int = 100) -> dict:
     """The training's episode terminations per env-step (metrics.csv's done_frac) over its first and last n
     iterations and the mean episode that rate implies (1 / rate, control steps): whether more of the same

@@ -1,5 +1,5 @@
-"""The settings a tracking row's label names (experiments.tracking.changed_settings): what a run changed against
-its preset, the contact's gate and the bundle among them, read from real config.yaml files."""
+"""What a tracking row says (experiments.tracking): the settings its label names (changed_settings), read from real
+config.yaml files, and which rows the summary table keeps."""
 from __future__ import annotations
 
 import copy
@@ -44,3 +44,19 @@ def test_a_bundle_other_than_the_seeds_lists_its_changes():
     assert named["bcg.branches"] == 3 and named["bcg.tau"] == cfg["bcg"]["tau"]  # the trigger, 2e-4 N
     other["algo"] = "shac"  # plain SHAC: no bundle to name
     assert not [k for k, _ in changed_settings(other) if k.startswith("bcg.") or k.startswith("seed bundle")]
+
+
+def _row(clip, policy, mean_s, err, samples):
+    return {"clip": clip, "policy": policy, "seconds": 15.0, "falls": 20 if mean_s < 15 else 0, "episodes": 20,
+            "mean_policy_s": mean_s, "body_pos_err_cm": err, "training": {"samples": samples, "wall_min": 10}}
+
+
+def test_the_summary_keeps_the_fields_policies_and_our_furthest_row():
+    from experiments.tracking import render_tracking_summary
+
+    rows = {"a/ppo": _row("a", "holosoma PPO", 15.0, 2.7, 3e9), "a/one": _row("a", "ours one", 7.0, 4.1, 1e5),
+            "a/two": _row("a", "ours two", 9.7, 2.8, 5e5), "a/three": _row("a", "ours three", 9.7, 2.5, 5e5),
+            "a/pd": _row("a", "the reference on PD", 12.0, 9.0, 0), "b/one": _row("b", "ours four", 1.7, 8.9, 5e5)}
+    lines = render_tracking_summary({"rows": rows}).splitlines()[2:]
+    assert [ln.split(" | ")[1] for ln in lines] == ["holosoma PPO", "ours three", "ours four"]  # ties: lower error
+    assert "| 9.70 | 2.5 |" in lines[1]
