@@ -220,18 +220,20 @@ def survival_figure(results: dict, out: Path) -> Path | None:
         return None
     import matplotlib.pyplot as plt
 
+    import textwrap
+
     clips = sorted({r["clip"] for r in rows.values()})
-    fig, axes = plt.subplots(len(clips), 1, figsize=(9, 2.6 * len(clips)), squeeze=False)
+    fig, axes = plt.subplots(len(clips), 1, figsize=(13, 2.8 * len(clips)), squeeze=False)
     for ax, clip in zip(axes[:, 0], clips):
         mine = [(k, r) for k, r in rows.items() if r["clip"] == clip]
         width = 0.8 / len(mine)
         for j, (key, r) in enumerate(mine):
             xs = [c["start_s"] + (j - (len(mine) - 1) / 2) * width for c in r["survival"]]
-            ax.bar(xs, [c["mean_policy_s"] for c in r["survival"]], width, label=r["policy"])
+            ax.bar(xs, [c["mean_policy_s"] for c in r["survival"]], width, label=textwrap.fill(r["policy"], 60))
         ax.set_title(f"{clip}: episodes of {SURVIVAL_WINDOW_S:g} s started at each second of the segment", fontsize=9)
         ax.set_ylabel("mean s before a fall")
-        ax.set_ylim(0, SURVIVAL_WINDOW_S * (1.25 + 0.1 * len(mine)))  # room for the legend above the bars
-        ax.legend(fontsize=7, loc="upper center", ncol=2)
+        ax.set_ylim(0, SURVIVAL_WINDOW_S * 1.05)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, labels wrapped
     axes[-1, 0].set_xlabel("start, s into the segment")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -347,7 +349,7 @@ def main(argv=None) -> int:
                     help="--policy ours: an artifact folder other than policies/g1/<clip> (e.g. runs/policies/...)")
     ap.add_argument("--docs-strips", action="store_true",
                     help="only write docs/tracking_<clip>_<policy>.png from the key-frame strips of the rows' whole-clip "
-                         "runs on this machine (no evaluation)")
+                         "runs on this machine, and docs/tracking_survival.png (no evaluation)")
     ap.add_argument("--refresh-training", action="store_true",
                     help="only recompute our rows' training facts (samples, reward terms, terminations) from their runs")
     ap.add_argument("--name", default=None,
@@ -364,8 +366,10 @@ def main(argv=None) -> int:
         print(render_tracking_table(results))
         return 0
     if args.docs_strips:
-        for path in docs_strips(json.loads(RESULTS.read_text())):
+        results = json.loads(RESULTS.read_text())
+        for path in docs_strips(results):
             print(path)
+        print(survival_figure(results, REPO / "docs" / "tracking_survival.png") or "")
         return 0
     if args.policy != "ours" and not of_holosomas_dance(args.clip):
         ap.error(f"holosoma's graphs track their own dance only: {args.clip} is not a window of it (e.g. --clip dance)")
