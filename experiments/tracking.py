@@ -212,6 +212,10 @@ def survival_by_second(path: Path, first_frame: int, seconds: float, episodes: i
     return out
 
 
+SURVIVAL_PANEL_IN = (13.0, 2.8)  # inches of one clip's panel, its legend beside it
+SURVIVAL_DPI = 90
+
+
 def survival_figure(results: dict, out: Path) -> Path | None:
     """The mean seconds each episode of a row's survival map ran before it fell (the window's length: none fell),
     per start second, one panel per clip."""
@@ -223,7 +227,8 @@ def survival_figure(results: dict, out: Path) -> Path | None:
     import textwrap
 
     clips = sorted({r["clip"] for r in rows.values()})
-    fig, axes = plt.subplots(len(clips), 1, figsize=(13, 2.8 * len(clips)), squeeze=False)
+    w, h = SURVIVAL_PANEL_IN
+    fig, axes = plt.subplots(len(clips), 1, figsize=(w, h * len(clips)), squeeze=False)
     for ax, clip in zip(axes[:, 0], clips):
         mine = [(k, r) for k, r in rows.items() if r["clip"] == clip]
         width = 0.8 / len(mine)
@@ -237,7 +242,7 @@ def survival_figure(results: dict, out: Path) -> Path | None:
     axes[-1, 0].set_xlabel("start, s into the segment")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=90)
+    fig.savefig(out, dpi=SURVIVAL_DPI)
     plt.close(fig)
     return out
 

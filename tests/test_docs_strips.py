@@ -58,7 +58,9 @@ def test_survival_figure_one_panel_per_clip_and_none_without_maps(tmp_path):
             "dance/ppo": {"clip": "dance", "policy": "holosoma PPO", "survival": surv[:2]},
             "box_lift/ours": {"clip": "box_lift", "policy": "ours", "survival": None}}
     out = tracking.survival_figure({"rows": rows}, tmp_path / "s.png")
-    assert out.is_file() and Image.open(out).size == (9 * 90, 2.6 * 90)  # one clip with a map: one panel
+    w, h = tracking.SURVIVAL_PANEL_IN
+    dpi = tracking.SURVIVAL_DPI
+    assert out.is_file() and Image.open(out).size == (round(w * dpi), round(h * dpi))  # one clip with a map: one panel
     assert tracking.survival_figure({"rows": {"box_lift/ours": rows["box_lift/ours"]}}, tmp_path / "n.png") is None
 
 
