@@ -25,6 +25,7 @@ import dataclasses
 import datetime as dt
 import json
 import re
+import textwrap
 from pathlib import Path
 
 import yaml
@@ -223,8 +224,6 @@ def survival_figure(results: dict, out: Path) -> Path | None:
     if not rows:
         return None
     import matplotlib.pyplot as plt
-
-    import textwrap
 
     clips = sorted({r["clip"] for r in rows.values()})
     w, h = SURVIVAL_PANEL_IN
