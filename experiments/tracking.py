@@ -256,10 +256,11 @@ def survival_summary(row: dict) -> tuple[int, int, float] | None:
             sum(s["mean_policy_s"] for s in full) / len(full))
 
 
-def render_tracking_table(results: dict) -> str:
-    def f(v, fmt):
-        return "-" if v is None else fmt.format(v)
+def _f(v, fmt: str) -> str:
+    return "-" if v is None else fmt.format(v)
 
+
+def render_tracking_table(results: dict) -> str:
     rows = ["| clip | policy | policy input | segment (start frame, s) | falls (safety tilt trips) | body position error "
             f"cm (worst s) | joint RMS rad | anchor ori rad | {SURVIVAL_WINDOW_S:g} s from each second: falls, mean s | whole "
             "clip from standing: falls, stood at end; dry run | training samples | training wall min |",
@@ -279,18 +280,15 @@ def render_tracking_table(results: dict) -> str:
         surv = "-" if sv is None else f"{sv[0]}/{sv[1]}, {sv[2]:.2f}"
         rows.append(f"| {r['clip']} | {r['policy']} | {r.get('policy_input', 'true state')} | {r['start_frame']}, "
                     f"{r['seconds']:g} | {r['falls']}/{r['episodes']} ({r.get('tilt_tripped', '-')}) | "
-                    f"{f(r['body_pos_err_cm'], '{:.1f}')} ({f(r['body_pos_err_worst_s_cm'], '{:.1f}')}) | "
-                    f"{f(r['joint_rms_rad'], '{:.3f}')} | {f(r['anchor_ori_err_rad'], '{:.3f}')} | {surv} | {whole} | "
-                    f"{f(t['samples'], '{:.3g}')} | {f(t['wall_min'], '{:.0f}')} |")
+                    f"{_f(r['body_pos_err_cm'], '{:.1f}')} ({_f(r['body_pos_err_worst_s_cm'], '{:.1f}')}) | "
+                    f"{_f(r['joint_rms_rad'], '{:.3f}')} | {_f(r['anchor_ori_err_rad'], '{:.3f}')} | {surv} | {whole} | "
+                    f"{_f(t['samples'], '{:.3g}')} | {_f(t['wall_min'], '{:.0f}')} |")
     return "\n".join(rows)
 
 
 def render_tracking_summary(results: dict) -> str:
     """Per clip: the field's policies and, of ours, the row that runs furthest into the segment (the mean time
     each of its episodes ran, ties by the lower body-position error); the untrained baselines left out."""
-    def f(v, fmt):
-        return "-" if v is None else fmt.format(v)
-
     clips: dict[str, list[dict]] = {}
     for r in results["rows"].values():
         if r["training"].get("samples") != 0 or r["policy"].startswith("holosoma"):
@@ -303,8 +301,8 @@ def render_tracking_summary(results: dict) -> str:
         for r in [r for r in rs if r["policy"].startswith("holosoma")] + ([best] if best else []):
             t = r["training"]
             rows.append(f"| {clip} | {r['policy']} | {r['seconds']:g} | {r['falls']}/{r['episodes']} | "
-                        f"{r['mean_policy_s']:.2f} | {f(r['body_pos_err_cm'], '{:.1f}')} | "
-                        f"{f(t.get('samples'), '{:.3g}')} | {f(t.get('wall_min'), '{:.0f}')} |")
+                        f"{r['mean_policy_s']:.2f} | {_f(r['body_pos_err_cm'], '{:.1f}')} | "
+                        f"{_f(t.get('samples'), '{:.3g}')} | {_f(t.get('wall_min'), '{:.0f}')} |")
     return "\n".join(rows)
 
 
