@@ -289,16 +289,17 @@ def render_tracking_table(results: dict) -> str:
 def render_tracking_summary(results: dict) -> str:
     """Per clip: the field's policies and, of ours, the row that runs furthest into the segment (the mean time
     each of its episodes ran, ties by the lower body-position error); the untrained baselines left out."""
+    fields = {LABELS["ppo"], LABELS["fastsac"]}
     clips: dict[str, list[dict]] = {}
     for r in results["rows"].values():
-        if r["training"].get("samples") != 0 or r["policy"].startswith("holosoma"):
+        if r["training"].get("samples") != 0:  # 0: the untrained baseline (our_training)
             clips.setdefault(r["clip"], []).append(r)
     rows = ["| clip | policy | segment s | falls | mean s tracked | body position error cm | training samples | "
             "training wall min |", "|---|---|---|---|---|---|---|---|"]
     for clip, rs in clips.items():
-        ours = [r for r in rs if not r["policy"].startswith("holosoma")]
+        ours = [r for r in rs if r["policy"] not in fields]
         best = max(ours, key=lambda r: (r["mean_policy_s"], -(r["body_pos_err_cm"] or 0.0)), default=None)
-        for r in [r for r in rs if r["policy"].startswith("holosoma")] + ([best] if best else []):
+        for r in [r for r in rs if r["policy"] in fields] + ([best] if best else []):
             t = r["training"]
             rows.append(f"| {clip} | {r['policy']} | {r['seconds']:g} | {r['falls']}/{r['episodes']} | "
                         f"{r['mean_policy_s']:.2f} | {_f(r['body_pos_err_cm'], '{:.1f}')} | "
