@@ -10,7 +10,8 @@ clip (motions.clips). Used where the file's licence does not let the repository 
     package: holosoma-inference==0.1.3          # pip requirement, pinned
     member: holosoma_inference/models/wbt/ppo_g1_29dof_dancing.onnx
     window: {start_frame: 3617, frames: 751, lead_in_s: 2.0, lead_out_s: 2.0}   # 50 Hz; motions.windows.lead_in / lead_out
-    # optional in window: ground_feet_mm: [20, 40] (motions.windows.ground_feet), com_margin_mm: 20 (balance_com),
+    # optional in window: ground_feet_mm: [20, 40] (motions.windows.ground_feet), plant_mm: [15, 30] (plant),
+    # com_margin_mm: 20 (balance_com),
     # cop_margin_mm: 10 (balance_cop), applied in that order before the lead-in and lead-out
     selection: {...}                            # how the window was chosen (motions.windows.Window.record)
     description: one line
@@ -46,6 +47,9 @@ class Window(pydantic.BaseModel, extra="forbid"):
     # mm (full, blend): feet up to `full` above the floor put down on it, blended to untouched at `blend`
     # (motions.windows.ground_feet); none: the retargeted feet as they are
     ground_feet_mm: tuple[float, float] | None = None
+    # mm (full, blend): the pelvis lowered where the lowest sole hovers up to `full` above the floor, blended to
+    # untouched at `blend` (motions.windows.plant, after ground_feet); none: the retargeted heights
+    plant_mm: tuple[float, float] | None = None
     # mm: the pelvis moved so the COM stays this far inside the feet while both stand (motions.windows.balance_com,
     # after ground_feet); none: the retargeted pelvis
     com_margin_mm: float | None = pydantic.Field(None, gt=0.0, lt=100.0)
@@ -53,11 +57,11 @@ class Window(pydantic.BaseModel, extra="forbid"):
     # (motions.windows.balance_cop, after balance_com); none: the retargeted COM path
     cop_margin_mm: float | None = pydantic.Field(None, ge=0.0, lt=50.0)
 
-    @pydantic.field_validator("ground_feet_mm")
+    @pydantic.field_validator("ground_feet_mm", "plant_mm")
     @classmethod
-    def _ordered(cls, v):
+    def _ordered(cls, v, info):
         if v is not None and not 0 < v[0] < v[1] <= 100:
-            raise ValueError(f"ground_feet_mm {list(v)}: give [full, blend] with 0 < full < blend <= 100 mm")
+            raise ValueError(f"{info.field_name} {list(v)}: give [full, blend] with 0 < full < blend <= 100 mm")
         return v
 
 
@@ -114,8 +118,8 @@ def materialise(path, cache: Path = CACHE) -> Path:
     """The window the source file `path` describes, as a clip under cache (written once per content of the file and
     of motions/windows.py, which builds it)."""
     from motions import windows
-    from motions.windows import (balance_com, balance_cop, cut, ground_feet, lead_in, lead_out, read_clip_arrays,
-                                 write_clip_arrays)
+    from motions.windows import (balance_com, balance_cop, cut, ground_feet, lead_in, lead_out, plant,
+                                 read_clip_arrays, write_clip_arrays)
 
     path = Path(path)
     src = read_source(path)
@@ -131,6 +135,8 @@ def materialise(path, cache: Path = CACHE) -> Path:
     arrays = cut(read_clip_arrays(full), src.window.start_frame, src.window.frames)
     if src.window.ground_feet_mm is not None:
         arrays = ground_feet(arrays, *(x / 1000.0 for x in src.window.ground_feet_mm))
+    if src.window.plant_mm is not None:
+        arrays = plant(arrays, *(x / 1000.0 for x in src.window.plant_mm))
     if src.window.com_margin_mm is not None:
         arrays = balance_com(arrays, src.window.com_margin_mm / 1000.0)
     if src.window.cop_margin_mm is not None:
@@ -140,7 +146,8 @@ def materialise(path, cache: Path = CACHE) -> Path:
     if src.window.lead_out_s > 0:
         arrays = lead_out(arrays, src.window.lead_out_s)
     write_clip_arrays(out, arrays, note={"source": src.package, "member": src.member, **src.window.model_dump(),
-                                         **arrays.get("ground_feet", {}), **arrays.get("balance_com", {}),
+                                         **arrays.get("ground_feet", {}), **arrays.get("plant", {}),
+                                         **arrays.get("balance_com", {}),
                                          **{f"balance_cop_{k}": v for k, v in arrays.get("balance_cop", {}).items()}})
     return out
 

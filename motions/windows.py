@@ -408,6 +408,33 @@ def ground_feet(arrays: dict, full_m: float, blend_m: float, iterations: int = 3
                                                                "feet_left_as_they_were": reduced["kept"]})
 
 
+def plant(arrays: dict, full_m: float, blend_m: float) -> dict:
+    """The clip with the frames in which retargeting left both feet just above the floor lowered onto it. The
+    floor is the first frame's lowest sole sphere (where the clip's import stands the robot); in a frame whose
+    lowest sphere hovers h above it the pelvis is lowered by w h, w = 1 up to full_m, blended to 0 at blend_m
+    (w = (blend_m - h) / (blend_m - full_m)), so a real flight (feet higher than blend_m) stays a flight and
+    the lowest sole's height stays continuous. A retargeted one-leg stance that floats by a centimetre is
+    labelled a flight by the import's contact threshold (motions.clips.CONTACT_HEIGHT_M), so the balance
+    checks and balance_cop skip it; planted, it is a stance. The joints are untouched; the changed frames'
+    velocities are central differences."""
+    if not 0 < full_m < blend_m:
+        raise MotionError(f"plant: need 0 < full ({full_m} m) < blend ({blend_m} m)")
+    ik = _leg_ik()
+    jp = np.asarray(arrays["joint_pos"], float).copy()
+    ik.pose(jp[0])
+    floor = min(float(b.min()) for b in ik.bottoms())
+    drop = np.zeros(len(jp))
+    for k in range(len(jp)):
+        ik.pose(jp[k])
+        h = min(float(b.min()) for b in ik.bottoms()) - floor
+        if h > 0:
+            drop[k] = h * float(np.clip((blend_m - h) / (blend_m - full_m), 0.0, 1.0))
+    jp[:, 2] -= drop
+    changed = drop > 0
+    return _with_velocities(arrays, jp, changed, plant={"frames_lowered": int(changed.sum()),
+                                                        "max_lowered_mm": round(float(drop.max()) * 1000, 2)})
+
+
 def _into(points: np.ndarray, p: np.ndarray, margin: float) -> np.ndarray:
     """The shortest horizontal move of floor point p that puts it `margin` inside the convex hull of `points`
     (a least-distance problem on the hull's edge lines moved in by margin); a hull too thin for that margin:
@@ -653,4 +680,4 @@ def write_clip_arrays(path, arrays: dict, note: dict | None = None) -> Path:
 
 
 __all__ = ["MAX_TILT_DEG", "Window", "activity", "activity_parts", "balance_com", "balance_cop", "best_window", "cut",
-           "ground_feet", "lead_in", "lead_out", "read_clip_arrays", "torque_ratio", "velocities", "write_clip_arrays"]
+           "ground_feet", "lead_in", "lead_out", "plant", "read_clip_arrays", "torque_ratio", "velocities", "write_clip_arrays"]

@@ -218,6 +218,26 @@ def test_ground_feet_takes_part_of_the_way_to_a_pose_a_straight_knee_cannot_reac
     assert np.all(b["joint_pos"][:, 7:] >= rng[:, 0] - 1e-9) and np.all(b["joint_pos"][:, 7:] <= rng[:, 1] + 1e-9)
 
 
+def test_plant_lowers_a_hovering_frame_onto_the_first_frames_floor():
+    """The home pose, frame 0 on the floor; the whole robot raised by 10 mm (within full 15: lowered all the way),
+    25 mm (w = (30 - 25) / 15 = 1/3: lowered 8.33 mm) and 50 mm (past blend 30: a flight, untouched), and
+    one frame 2 mm below the floor (not lifted: the import does that). Joints untouched; the changed frames'
+    vertical velocity the central difference of the new heights."""
+    a = _still(6)
+    a["joint_pos"][1:5, 2] += [0.010, 0.025, 0.050, -0.002]
+    b = W.plant(a, 0.015, 0.030)
+    np.testing.assert_allclose(b["joint_pos"][:, 2] - a["joint_pos"][:, 2],
+                               [0.0, -0.010, -0.025 / 3, 0.0, 0.0, 0.0], atol=1e-9)
+    np.testing.assert_array_equal(b["joint_pos"][:, 3:], a["joint_pos"][:, 3:])
+    assert b["plant"] == {"frames_lowered": 2, "max_lowered_mm": 10.0}
+    z = b["joint_pos"][:, 2]
+    assert b["joint_vel"][2, 2] == pytest.approx((z[3] - z[1]) * FPS / 2)
+    after = _feet(b["joint_pos"])
+    assert after[1, :, 0].min() == pytest.approx(after[0, :, 0].min(), abs=1e-9)  # on the floor
+    with pytest.raises(M.MotionError, match="full"):
+        W.plant(a, 0.03, 0.015)
+
+
 def test_the_shortest_move_into_a_hull_hand_values():
     """The unit square, margin 0.1: a point 0.2 past the right edge moves 0.3 left; one past the corner (1.2, 1.3)
     moves to (0.9, 0.9); a point inside stays; a margin larger than the square allows (0.7): its centre. A
