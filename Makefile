@@ -86,7 +86,7 @@ test-fast: setup lint-imports
 
 # The import contracts of pyproject.toml ([tool.importlinter]): layering, no jax outside train/.
 lint-imports: setup
-	.venv/bin/lint-imports --config pyproject.toml
+	.venv/bin/lint-imports pyproject.toml
 
 test-slow: setup lo-multicast
 	$(PY) -m pytest -q -m slow $(ARGS)
