@@ -45,6 +45,9 @@ def _preview(name: str, out: str | None) -> int:
         print(f"    angular momentum about the COM, pitch: {f['angmom_y_takeoff']:+.2f} N m s at take-off, range "
               f"{f['angmom_y_range']:.2f} in flight (constant if consistent): a free robot's pelvis would pitch "
               f"{f['free_pitch_drift_deg']:+.1f} deg by touch-down")
+        if f["floating"]:
+            print("    not a flight: the COM does not fall; the feet float above the floor (a clip source's "
+                  "window.plant_mm puts such frames down: docs/motions.md)")
     b = balance(m)
     if b["min_com_margin_m"] is not None:
         out = outside_windows(b["cop_margin"], m.times)

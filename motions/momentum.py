@@ -137,7 +137,9 @@ def flight_consistency(m: Motion, com: np.ndarray | None = None) -> list[dict]:
     """Per flight window (take-off, touch-down): the COM's horizontal velocity at take-off and at touch-down
     (central differences one frame inside the window), its change (0 if ballistic), the mean vertical
     acceleration over the window's interior (-g if ballistic), and the angular momentum's pitch component
-    at take-off and its range over the window (0 if consistent) with the pelvis pitch drift it implies."""
+    at take-off and its range over the window (0 if consistent) with the pelvis pitch drift it implies.
+    `floating`: the COM falls at less than half of g (mean vertical acceleration above -g / 2): no flight but a
+    reference whose feet float above the floor (a retargeting artifact; motions.windows.plant puts it down)."""
     com = com_trajectory(m) if com is None else com
     L, iyy = motion_angmom(m) if m.flight_windows else (None, None)
     v = np.gradient(com, m.dt, axis=0)
@@ -151,6 +153,7 @@ def flight_consistency(m: Motion, com: np.ndarray | None = None) -> list[dict]:
                     "com_vxy_touchdown": tuple(float(x) for x in v[i1, :2]),
                     "com_dvxy": float(np.linalg.norm(v[i1, :2] - v[i0, :2])),
                     "com_az_mean": float(a[i0 + 1:i1, 2].mean()), "g": -GRAVITY,
+                    "floating": bool(a[i0 + 1:i1, 2].mean() > -GRAVITY / 2),
                     "angmom_y_takeoff": float(L[i0 - 1, 1]),
                     "angmom_y_range": float(np.ptp(L[i0 - 1:i1 + 2, 1])),
                     "free_pitch_drift_deg": float(np.degrees(free_pitch_drift(L[i0 - 1:i1 + 2, 1], iyy[i0 - 1:i1 + 2],

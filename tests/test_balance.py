@@ -112,7 +112,8 @@ def test_hovering_hand_values():
 def test_preview_names_the_hovering_foot_of_the_calm_dance(capsys):
     """dance_calm's standing part has the left sole 5-10 mm above the floor while the right stands (the clip is
     built from holosoma-inference's wheel: skipped where PyPI cannot be reached); dance_calm_grounded, the same
-    with its feet put down (motions.windows.ground_feet), has no such stretch."""
+    with its feet put down (motions.windows.ground_feet), has no such stretch; its kicks are floating "flights",
+    which dance_calm_planted (motions.windows.plant) puts down."""
     from motions.__main__ import main
 
     try:
@@ -126,5 +127,11 @@ def test_preview_names_the_hovering_foot_of_the_calm_dance(capsys):
     share = int(line.split("stands: ")[1].split("%")[0])
     assert 40 <= share <= 60 and "1.22-7.96" in line
     assert main(["preview", "dance_calm_grounded", "--out", "/tmp/dance_calm_grounded_preview.png"]) == 0
-    line = next(x for x in capsys.readouterr().out.splitlines() if "left foot 3-20 mm" in x)
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "left foot 3-20 mm" in x)
     assert int(line.split("stands: ")[1].split("%")[0]) < 15 and "1.22" not in line
+    # its kicks float 6-12 mm up, labelled flights that the COM does not fall through; dance_calm_planted puts
+    # them down: no flight left
+    assert "(15.08, 15.58)" in out and out.count("not a flight") >= 6
+    assert main(["preview", "dance_calm_planted", "--out", "/tmp/dance_calm_planted_preview.png"]) == 0
+    assert "flight windows: []" in capsys.readouterr().out

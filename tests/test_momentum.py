@@ -28,6 +28,20 @@ def test_rigid_ballistic_throw_is_consistent():
     assert f["com_az_mean"] == pytest.approx(-GRAVITY, abs=1e-6)  # central differences are exact on a parabola
 
 
+def test_a_floating_stance_is_no_flight():
+    """The same window over a pose held 1 cm above the floor (the COM does not accelerate): floating; the
+    ballistic throw is not."""
+    import dataclasses
+
+    m, _ = _thrown()
+    T = m.num_steps
+    held = dataclasses.replace(m, ref_base_pos=np.c_[np.zeros((T, 2)), np.full(T, 0.80)])
+    (f,) = flight_consistency(held)
+    assert f["com_az_mean"] == pytest.approx(0.0, abs=1e-9) and f["floating"]
+    (g,) = flight_consistency(m)
+    assert not g["floating"]
+
+
 def test_arm_swing_with_a_ballistic_pelvis_is_flagged():
     """The keyframe references' flaw (README "Motions"): a ballistic PELVIS while the arms swing forward
     moves the COM forward relative to the pelvis, so the COM's horizontal velocity changes in flight."""
