@@ -51,7 +51,7 @@ def _row(clip, policy, mean_s, err, samples):
             "mean_policy_s": mean_s, "body_pos_err_cm": err, "training": {"samples": samples, "wall_min": 10}}
 
 
-def test_the_summary_keeps_the_fields_policies_and_our_furthest_row():
+def test_the_summary_keeps_the_fields_policies_and_our_furthest_recipe_with_every_seed():
     from experiments.tracking import render_tracking_summary
 
     rows = {"a/ppo": _row("a", "holosoma PPO", 15.0, 2.7, 3e9), "a/one": _row("a", "ours one", 7.0, 4.1, 1e5),
@@ -60,3 +60,9 @@ def test_the_summary_keeps_the_fields_policies_and_our_furthest_row():
     lines = render_tracking_summary({"rows": rows}).splitlines()[2:]
     assert [ln.split(" | ")[1] for ln in lines] == ["holosoma PPO", "ours three", "ours four"]  # ties: lower error
     assert "| 9.70 | 2.5 |" in lines[1]
+    # a second seed of "ours two" (mean 9.7 and 11.0: 10.35 over both) makes it the furthest recipe: both its
+    # rows, the weaker seed included
+    rows["a/two_s1"] = _row("a", "ours two", 11.0, 3.0, 5e5)
+    lines = render_tracking_summary({"rows": rows}).splitlines()[2:]
+    assert [ln.split(" | ")[1] for ln in lines] == ["holosoma PPO", "ours two", "ours two", "ours four"]
+    assert "| 9.70 | 2.8 |" in lines[1] and "| 11.00 | 3.0 |" in lines[2]
