@@ -1,7 +1,7 @@
 """One episode of a policy, step by step: how it falls. Every `every` control steps the pelvis roll and pitch
 (deg), its height, each foot's normal force from the floor (N), each foot's lowest sole height (m) and the
 COM's margin inside the support polygon (cm; motions.balance.support_margin over the sole spheres within
-CONTACT_HEIGHT_M of the floor; negative outside, blank with no foot down), of the robot and, for a tracking
+CONTACT_HEIGHT_M of the floor; negative outside, nan with no foot down), of the robot and, for a tracking
 policy, of its reference at that frame (where the runtime placed it), on C MuJoCo with the policy on the
 true state, no randomisation and no pushes; a tracking policy can start in its reference's state at a frame
 (`--start-frame`, as `make eval`'s segments do).
