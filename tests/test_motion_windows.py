@@ -378,6 +378,9 @@ def test_source_file_errors_name_the_file(tmp_path):
     p.write_text("package: a==1\nmember: a.npz\nwindow: {start_frame: 0, frames: 10, ground_feet_mm: [40, 20]}\n")
     with pytest.raises(M.MotionError, match="x.source.yaml.*ground_feet_mm"):
         S.read_source(p)
+    p.write_text("package: a==1\nmember: a.npz\nwindow: {start_frame: 0, frames: 10, plant_mm: [30, 15]}\n")
+    with pytest.raises(M.MotionError, match="x.source.yaml.*plant_mm.*full, blend"):
+        S.read_source(p)
     p.write_text("package: a==1\nmember: a.npz\nwindow: {start_frame: 0, frames: 10, cop_margin_mm: 60}\n")
     with pytest.raises(M.MotionError, match="x.source.yaml.*cop_margin_mm"):
         S.read_source(p)
