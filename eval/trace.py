@@ -60,8 +60,7 @@ def trace(policy, start_frame: int | None = None, seconds: float = 4.0,
         _, _, _, quat, _, z = sim.state()
         if k % every == 0:
             roll, pitch = roll_pitch_deg(quat)
-            mujoco.mj_comPos(sim.m, sim.d)
-            ref = float("nan")
+            ref = float("nan")  # sim.d's COM is mj_step's (or the reset's mj_forward), as its positions are
             if tr is not None and tr.needs_anchor:
                 ghost.qpos[:] = ghost_qpos(sim, tr, k0 + k)
                 mujoco.mj_kinematics(sim.m, ghost)
