@@ -11,8 +11,8 @@ clip (motions.clips). Used where the file's licence does not let the repository 
     member: holosoma_inference/models/wbt/ppo_g1_29dof_dancing.onnx
     window: {start_frame: 3617, frames: 751, lead_in_s: 2.0, lead_out_s: 2.0}   # 50 Hz; motions.windows.lead_in / lead_out
     # optional in window: ground_feet_mm: [20, 40] (motions.windows.ground_feet), plant_mm: [15, 30] (plant),
-    # com_margin_mm: 20 (balance_com), cop_margin_mm: 10 (balance_cop), applied in that order before the lead-in
-    # and lead-out
+    # com_margin_mm: 20 (balance_com), cop_margin_mm: 10 (balance_cop; with cop_com_margin_mm: 0 its COM inside the
+    # feet too), applied in that order before the lead-in and lead-out
     selection: {...}                            # how the window was chosen (motions.windows.Window.record)
     description: one line
 
@@ -56,6 +56,15 @@ class Window(pydantic.BaseModel, extra="forbid"):
     # mm: the COM path bent so the centre of pressure the motion needs stays this far inside the feet
     # (motions.windows.balance_cop, after balance_com); none: the retargeted COM path
     cop_margin_mm: float | None = pydantic.Field(None, ge=0.0, lt=50.0)
+    # mm, with cop_margin_mm: the COM too held this far inside the feet on the floor in the frames balance_cop
+    # checks (one-leg stances included; its com_margin_m); none: the COM left where the CoP puts it
+    cop_com_margin_mm: float | None = pydantic.Field(None, ge=0.0, lt=50.0)
+
+    @pydantic.model_validator(mode="after")
+    def _com_with_cop(self):
+        if self.cop_com_margin_mm is not None and self.cop_margin_mm is None:
+            raise ValueError("cop_com_margin_mm is balance_cop's: give cop_margin_mm as well")
+        return self
 
     @pydantic.field_validator("ground_feet_mm", "plant_mm")
     @classmethod
@@ -140,7 +149,9 @@ def materialise(path, cache: Path = CACHE) -> Path:
     if src.window.com_margin_mm is not None:
         arrays = balance_com(arrays, src.window.com_margin_mm / 1000.0)
     if src.window.cop_margin_mm is not None:
-        arrays = balance_cop(arrays, src.window.cop_margin_mm / 1000.0)
+        com = src.window.cop_com_margin_mm
+        arrays = balance_cop(arrays, src.window.cop_margin_mm / 1000.0,
+                             com_margin_m=None if com is None else com / 1000.0)
     if src.window.lead_in_s > 0:
         arrays = lead_in(arrays, src.window.lead_in_s)
     if src.window.lead_out_s > 0:

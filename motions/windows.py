@@ -490,7 +490,10 @@ def balance_com(arrays: dict, margin_m: float, smooth_s: float = 0.2, iterations
     return out
 
 
-def _move_com(arrays: dict, want: np.ndarray, iterations: int, what: str) -> dict:
+SWING_FOLLOW_M = 0.025  # m: a foot this far above the other one on the floor moves with the pelvis (_move_com)
+
+
+def _move_com(arrays: dict, want: np.ndarray, iterations: int, what: str, swing_follows: bool = False) -> dict:
     """The clip with each frame's COM moved horizontally by want[k] (T, 2; m, the clip's frame): the pelvis moved
     until the COM has moved that much (fixed-point steps: the legs stay behind), both legs re-solved to keep each
     foot's world pose. A frame whose feet cannot be kept in place within GROUND_TOL (a straight stance leg the
@@ -498,7 +501,11 @@ def _move_com(arrays: dict, want: np.ndarray, iterations: int, what: str) -> dic
     still cannot (an ankle at its roll limit) takes the largest part of its move that they can (bisection to
     1/64), or none. The returned `what` entry: the frames moved, those moved part of the way and those left, the
     largest pelvis move (m), the frames lowered and the largest drop (m); `share` (T,): the part of each frame's
-    move taken."""
+    move taken. swing_follows: a foot off the floor moves with the pelvis, blended in over its height above the
+    lower foot from motions.balance.SOLE_ON_FLOOR_M (stays) to SWING_FOLLOW_M more (moves as far as the pelvis):
+    only the feet on the floor stay, and a lifting foot does not jump."""
+    from motions.balance import SOLE_ON_FLOOR_M
+
     ik = _leg_ik()
     d = ik.d
     jp0 = np.asarray(arrays["joint_pos"], float)
@@ -507,6 +514,8 @@ def _move_com(arrays: dict, want: np.ndarray, iterations: int, what: str) -> dic
         ik.pose(row)
         com0 = d.subtree_com[0][:2].copy()
         goals = [(d.xpos[f].copy(), d.xquat[f].copy()) for f in ik.feet]
+        lows = np.array([float(b.min()) for b in ik.bottoms()])
+        follow = np.clip((lows - lows.min() - SOLE_ON_FLOOR_M) / SWING_FOLLOW_M, 0.0, 1.0) * swing_follows
         out, shift, errs = row.copy(), shift_to.copy(), [0.0]
         out[2] = row[2] - drop
         for _ in range(iterations):
@@ -514,7 +523,7 @@ def _move_com(arrays: dict, want: np.ndarray, iterations: int, what: str) -> dic
             ik.pose(out)
             errs = []
             for f, (_, qpos_adr, _, cols) in enumerate(ik.legs):
-                errs.append(ik.reach(f, *goals[f], 30))
+                errs.append(ik.reach(f, goals[f][0] + follow[f] * (out[0:3] - row[0:3]), goals[f][1], 30))
                 out[cols] = d.qpos[qpos_adr]
             ik.pose(out)
             shift += shift_to - (d.subtree_com[0][:2] - com0)
@@ -566,7 +575,7 @@ def _second_derivative(T: int, dt: float):
 
 
 def balance_cop(arrays: dict, margin_m: float, smooth: float = 30.0, accel: float = 1e3, rounds: int = 4,
-                iterations: int = 6) -> dict:
+                iterations: int = 6, com_margin_m: float | None = None, com_one_leg_s: float = 0.3) -> dict:
     """The clip with its COM path bent so that the centre of pressure its motion needs (motions.balance) stays
     margin_m inside the feet on the floor. A tracking policy cannot follow a reference whose CoP leaves its feet:
     the floor cannot push there. Moving the COM by d(t) horizontally (the pelvis moved, both feet kept in place)
@@ -582,9 +591,16 @@ def balance_cop(arrays: dict, margin_m: float, smooth: float = 30.0, accel: floa
     Rounds repeat the solve, linearised about the moved clip (its legs and angular momentum changed a little),
     with a frame whose legs could not take its whole move held within 95 % of the part they took (its reach),
     until no checked frame's CoP is past the shrunk polygon by more than 2 mm or `rounds` are spent. Frames next
-    to a flight (both feet off the floor) are not checked and not constrained. The returned "balance_cop"
-    entry: frames moved, the largest pelvis move, the rounds run, the frames still held short of their move, and
-    the share of the checked frames with the CoP inside the feet before and after."""
+    to a flight (both feet off the floor) are not checked and not constrained. With com_margin_m, the COM itself
+    is held that far inside the stance foot in the checked frames of every run of at least com_one_leg_s on one
+    foot alone (1e4 |the COM past the shrunk polygon|^2, on d directly): a CoP inside is met by a COM that
+    stands outside the stance foot and accelerates back, which a policy has to reproduce exactly; a COM inside
+    asks for the quasi-static stance. Then a foot off the floor moves with the pelvis (_move_com's
+    swing_follows), and where legs cannot take a frame's whole move the part they take is smoothed over its
+    neighbours (a minimum over 5 frames, a Gaussian of 2) so the pelvis does not zig-zag. The returned
+    "balance_cop" entry: frames moved, the largest pelvis move, the rounds run, the frames still held short of
+    their move, the share of the checked frames with the CoP inside the feet before and after, and (with
+    com_margin_m) the share with the COM inside before and after."""
     from scipy import sparse
     from scipy.optimize import minimize
     from scipy.spatial import ConvexHull
@@ -594,6 +610,8 @@ def balance_cop(arrays: dict, margin_m: float, smooth: float = 30.0, accel: floa
 
     if not 0 <= margin_m < 0.05:
         raise MotionError(f"balance_cop: margin_m {margin_m} m; give 0 <= margin < 0.05 m")
+    if com_margin_m is not None and not 0 <= com_margin_m < 0.05:
+        raise MotionError(f"balance_cop: com_margin_m {com_margin_m} m; give 0 <= com_margin < 0.05 m")
     fps = float(arrays["fps"])
     T = len(arrays["joint_pos"])
     D2 = _second_derivative(T, 1.0 / fps)
@@ -602,26 +620,33 @@ def balance_cop(arrays: dict, margin_m: float, smooth: float = 30.0, accel: floa
     A = sparse.block_diag([D1[1:] - D1[:-1]] * 2).tocsr()  # x_k+1 - 2 x_k + x_k-1
     yaw = yaw_of(np.asarray(arrays["joint_pos"], float)[0, 3:7])
     to_clip = np.array([[np.cos(yaw), -np.sin(yaw)], [np.sin(yaw), np.cos(yaw)]])  # the motion's frame -> the clip's
-    out, done, first, held = arrays, 0, None, 0
+    out, done, first, first_com, held = arrays, 0, None, None, 0
     moved = np.zeros(2 * T)  # the move taken so far (the motion's frame; x then y)
     reach = np.full(T, np.inf)
     for done in range(1, rounds + 1):
         b = balance(_as_motion(out))
         first = _inside(b) if first is None else first
+        first_com = _inside(b, "com_margin") if first_com is None else first_com
         com = b["com"]
         h = com[:, 2] / (np.gradient(np.gradient(com[:, 2], 1.0 / fps), 1.0 / fps) + GRAVITY)
-        rows, rhs = [], []
+        rows, rhs = [], []  # (frame, nx, ny, on the CoP: True / on the COM: False)
+        held_on_one = _one_leg_runs(_as_motion(out).contact, round(com_one_leg_s * fps))
         for k in np.flatnonzero(b["checked"] & np.all(np.isfinite(b["cop"]), axis=1)):
             if len(b["support"][k]) < 3:
                 continue
             for n in ConvexHull(b["support"][k]).equations:  # n[:2] . (cop + dp) + n[2] <= -margin
-                rows.append((k, n[0], n[1]))
+                rows.append((k, n[0], n[1], True))
                 rhs.append(-margin_m - n[2] - n[:2] @ b["cop"][k])
+                if com_margin_m is not None and held_on_one[k]:  # n[:2] . (com + d) + n[2] <= -com_margin
+                    rows.append((k, n[0], n[1], False))
+                    rhs.append(-com_margin_m - n[2] - n[:2] @ com[k, :2])
         if not rows or np.max(-np.array(rhs)) <= 0.002:
             break
-        k_, nx, ny = (np.array(c) for c in zip(*rows))
+        k_, nx, ny, on_cop = (np.array(c) for c in zip(*rows))
         M = sparse.identity(T, format="csr") - sparse.diags(h) @ D2  # a COM move -> its CoP move, per axis
-        G = sparse.hstack([sparse.diags(nx) @ M[k_], sparse.diags(ny) @ M[k_]]).tocsr()
+        M = sparse.diags(on_cop.astype(float)) @ M[k_] + sparse.diags((~on_cop).astype(float)) @ \
+            sparse.identity(T, format="csr")[k_]  # a COM row: the move itself
+        G = sparse.hstack([sparse.diags(nx) @ M, sparse.diags(ny) @ M]).tocsr()
         rhs = np.array(rhs) + G @ moved  # G (x - moved) <= rhs: the constraint on the whole move x
         cap = np.where(np.isfinite(reach), reach, 0.0)
 
@@ -636,22 +661,42 @@ def balance_cop(arrays: dict, margin_m: float, smooth: float = 30.0, accel: floa
                     + 2e4 * np.concatenate([d_over * x[:T], d_over * x[T:]]))
 
         x = minimize(f, moved, jac=True, method="L-BFGS-B", options={"maxiter": 20000, "maxfun": 40000}).x
-        out = _move_com(arrays, (to_clip @ x.reshape(2, T)).T, iterations, "balance_cop")
-        share = out.pop("share")
+        out = _move_com(arrays, (to_clip @ x.reshape(2, T)).T, iterations, "balance_cop",
+                        swing_follows=com_margin_m is not None)
+        share = moved_share = out.pop("share")
         short = share < 1.0 - 1e-9
         reach[short] = np.minimum(reach[short], 0.95 * share[short] * np.hypot(x[:T], x[T:])[short])
         held = int(short.sum())
         moved = x * np.concatenate([share, share])
+    if com_margin_m is not None and held:  # the COM rows ask more than some legs reach: no frame-to-frame zig-zag
+        from scipy.ndimage import gaussian_filter1d, minimum_filter1d
+
+        taken = gaussian_filter1d(minimum_filter1d(moved_share, 5), 2.0)
+        out = _move_com(arrays, (to_clip @ (x * np.concatenate([taken, taken])).reshape(2, T)).T, iterations,
+                        "balance_cop", swing_follows=True)
+        held = int(np.sum(out.pop("share") < 1.0 - 1e-9))
     pelvis = np.linalg.norm(np.asarray(out["joint_pos"])[:, 0:2] - np.asarray(arrays["joint_pos"])[:, 0:2], axis=1)
+    after = balance(_as_motion(out))
+    com_shares = {} if com_margin_m is None else {"com_inside_before": first_com,
+                                                  "com_inside_after": _inside(after, "com_margin")}
     return {**out, "balance_cop": {"frames_moved": int((pelvis > 1e-5).sum()),
                                    "largest_pelvis_move_m": round(float(pelvis.max()), 4), "rounds": done,
                                    "frames_held_short": held, "cop_inside_before": first,
-                                   "cop_inside_after": _inside(balance(_as_motion(out)))}}
+                                   "cop_inside_after": _inside(after), **com_shares}}
 
 
-def _inside(b: dict) -> float:
-    """The share of motions.balance's CoP-checked frames whose CoP is inside the feet."""
-    cm = b["cop_margin"][b["checked"]]
+def _one_leg_runs(contact, frames: int) -> np.ndarray:
+    """(T,) bool: the frames of runs of at least `frames` frames on one foot alone (contact (T, 2) bool)."""
+    one = np.asarray(contact).sum(axis=1) == 1
+    same = np.r_[True, np.any(np.diff(contact, axis=0), axis=1)]  # a run starts where the contact changes
+    run_id = np.cumsum(same)
+    length = np.bincount(run_id)[run_id]
+    return one & (length >= frames)
+
+
+def _inside(b: dict, key: str = "cop_margin") -> float:
+    """The share of motions.balance's CoP-checked frames whose CoP (key "com_margin": COM) is inside the feet."""
+    cm = b[key][b["checked"]]
     return round(float(np.mean(cm > 0)), 3) if len(cm) else 1.0
 
 

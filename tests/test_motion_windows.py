@@ -362,6 +362,59 @@ def test_balance_cop_bends_the_com_path_until_the_cop_is_inside_the_feet(tmp_pat
         W.balance_cop(a, 0.1)
 
 
+def test_one_leg_runs_hand_values():
+    """Runs on one foot alone at least 3 frames long: a 4-frame run on the left foot counts, a 2-frame run on the
+    right one and the double-support frames do not."""
+    c = np.array([[1, 1], [1, 0], [1, 0], [1, 0], [1, 0], [1, 1], [0, 1], [0, 1], [1, 1]], bool)
+    np.testing.assert_array_equal(W._one_leg_runs(c, 3), [0, 1, 1, 1, 1, 0, 0, 0, 0])
+    np.testing.assert_array_equal(W._one_leg_runs(c, 2), [0, 1, 1, 1, 1, 0, 1, 1, 0])
+
+
+def _on_the_left_foot(frames: int, lift: slice) -> dict:
+    """The home pose with the right foot lifted (hip pitch -0.4, knee +0.8 rad, eased in over 10 frames) in
+    frames `lift`: the COM stays between the feet, outside the left foot."""
+    a = _still(frames)
+    J = g1.JOINT_NAMES.index
+    s = np.zeros(frames)
+    s[lift] = 1.0
+    s = np.convolve(s, np.ones(10) / 10, mode="same")
+    a["joint_pos"][:, 7 + J("right_hip_pitch_joint")] += -0.4 * s
+    a["joint_pos"][:, 7 + J("right_knee_joint")] += 0.8 * s
+    return a
+
+
+@pytest.mark.slow  # 40 s: balance_cop's rounds over 120 frames of leg IK
+def test_balance_cop_with_a_com_margin_puts_the_com_over_the_stance_foot(tmp_path):
+    """The home pose lifting its right foot for 1.2 s stands on its left foot with its COM between the feet:
+    cm outside the left sole. balance_cop with com_margin_m 0 moves the pelvis over the left foot until the COM is
+    inside it (to the 2 mm it stops at) in the held one-leg frames, the left foot kept in place (2 mm) and
+    the lifted foot carried with the pelvis (its leg's joints unchanged there, so it lands where the pelvis
+    went); the record counts the frames with the COM inside before and after."""
+    from motions.balance import balance
+    from motions.clips import load_clip
+
+    def b_of(a, name):
+        return balance(load_clip(W.write_clip_arrays(tmp_path / name, a), 1.0 / FPS))
+
+    a = _on_the_left_foot(120, slice(30, 90))
+    ba = b_of(a, "a.npz")
+    held = W._one_leg_runs(load_clip(W.write_clip_arrays(tmp_path / "a.npz", a), 1.0 / FPS).contact, 15)
+    assert held.sum() > 40 and ba["com_margin"][held].max() < -0.03
+    b = W.balance_cop(a, 0.01, com_margin_m=0.0)
+    bb = b_of(b, "b.npz")
+    inside = bb["com_margin"][held & bb["checked"]]
+    assert len(inside) > 40 and inside.min() > -0.002
+    rec = b["balance_cop"]
+    assert rec["com_inside_after"] > rec["com_inside_before"] and rec["frames_held_short"] == 0
+    fa, fb = _feet(a["joint_pos"]), _feet(b["joint_pos"])
+    np.testing.assert_allclose(fb[:, 0, 4:], fa[:, 0, 4:], atol=2e-3)  # the left foot stays (the IK: 30 steps)
+    k = 60  # mid-lift: the right leg carried, its foot moved as far as the pelvis
+    moved = b["joint_pos"][k, 0:2] - a["joint_pos"][k, 0:2]
+    np.testing.assert_allclose(fb[k, 1, 4:] - fa[k, 1, 4:], moved, atol=2e-3)
+    with pytest.raises(M.MotionError, match="com_margin"):
+        W.balance_cop(a, 0.01, com_margin_m=0.1)
+
+
 def test_dance_source_file():
     src = S.read_source(M.MOTIONS_DIR / "dance.source.yaml")
     assert src.package == "holosoma-inference==0.1.3" and src.member.endswith("ppo_g1_29dof_dancing.onnx")
@@ -383,6 +436,9 @@ def test_source_file_errors_name_the_file(tmp_path):
         S.read_source(p)
     p.write_text("package: a==1\nmember: a.npz\nwindow: {start_frame: 0, frames: 10, cop_margin_mm: 60}\n")
     with pytest.raises(M.MotionError, match="x.source.yaml.*cop_margin_mm"):
+        S.read_source(p)
+    p.write_text("package: a==1\nmember: a.npz\nwindow: {start_frame: 0, frames: 10, cop_com_margin_mm: 0}\n")
+    with pytest.raises(M.MotionError, match="x.source.yaml.*give cop_margin_mm as well"):
         S.read_source(p)
 
 
