@@ -649,6 +649,7 @@ def balance_cop(arrays: dict, margin_m: float, smooth: float = 30.0, accel: floa
         G = sparse.hstack([sparse.diags(nx) @ M, sparse.diags(ny) @ M]).tocsr()
         rhs = np.array(rhs) + G @ moved  # G (x - moved) <= rhs: the constraint on the whole move x
         cap = np.where(np.isfinite(reach), reach, 0.0)
+        Rt, At, Gt = R.T, A.T, G.T  # once, not per evaluation (tens of thousands of them)
 
         def f(x):
             v = np.maximum(G @ x - rhs, 0.0)
@@ -657,7 +658,7 @@ def balance_cop(arrays: dict, margin_m: float, smooth: float = 30.0, accel: floa
             over = np.where(np.isfinite(reach), np.maximum(norm - cap, 0.0), 0.0)
             d_over = np.where(over > 0, over / np.maximum(norm, 1e-12), 0.0)
             return (x @ x + smooth * r @ r + accel * a @ a + 1e4 * (v @ v + over @ over),
-                    2 * x + 2 * smooth * (R.T @ r) + 2 * accel * (A.T @ a) + 2e4 * (G.T @ v)
+                    2 * x + 2 * smooth * (Rt @ r) + 2 * accel * (At @ a) + 2e4 * (Gt @ v)
                     + 2e4 * np.concatenate([d_over * x[:T], d_over * x[T:]]))
 
         x = minimize(f, moved, jac=True, method="L-BFGS-B", options={"maxiter": 20000, "maxfun": 40000}).x

@@ -383,11 +383,10 @@ def _on_the_left_foot(frames: int, lift: slice) -> dict:
     return a
 
 
-@pytest.mark.slow  # 40 s: balance_cop's rounds over 120 frames of leg IK
 def test_balance_cop_with_a_com_margin_puts_the_com_over_the_stance_foot(tmp_path):
     """The home pose lifting its right foot for 1.2 s stands on its left foot with its COM between the feet:
     cm outside the left sole. balance_cop with com_margin_m 0 moves the pelvis over the left foot until the COM is
-    inside it (to the 2 mm it stops at) in the held one-leg frames, the left foot kept in place (2 mm) and
+    inside it (to the 2 mm it stops at) in the held one-leg frames, the left foot kept in place (3 mm: the IK stops within GROUND_TOL) and
     the lifted foot carried with the pelvis (its leg's joints unchanged there, so it lands where the pelvis
     went); the record counts the frames with the COM inside before and after."""
     from motions.balance import balance
@@ -396,19 +395,19 @@ def test_balance_cop_with_a_com_margin_puts_the_com_over_the_stance_foot(tmp_pat
     def b_of(a, name):
         return balance(load_clip(W.write_clip_arrays(tmp_path / name, a), 1.0 / FPS))
 
-    a = _on_the_left_foot(120, slice(30, 90))
+    a = _on_the_left_foot(80, slice(20, 60))
     ba = b_of(a, "a.npz")
     held = W._one_leg_runs(load_clip(W.write_clip_arrays(tmp_path / "a.npz", a), 1.0 / FPS).contact, 15)
-    assert held.sum() > 40 and ba["com_margin"][held].max() < -0.03
-    b = W.balance_cop(a, 0.01, com_margin_m=0.0)
+    assert held.sum() > 25 and ba["com_margin"][held].max() < -0.03
+    b = W.balance_cop(a, 0.01, com_margin_m=0.0, rounds=2)
     bb = b_of(b, "b.npz")
     inside = bb["com_margin"][held & bb["checked"]]
-    assert len(inside) > 40 and inside.min() > -0.002
+    assert len(inside) > 25 and inside.min() > -0.002
     rec = b["balance_cop"]
     assert rec["com_inside_after"] > rec["com_inside_before"] and rec["frames_held_short"] == 0
     fa, fb = _feet(a["joint_pos"]), _feet(b["joint_pos"])
-    np.testing.assert_allclose(fb[:, 0, 4:], fa[:, 0, 4:], atol=2e-3)  # the left foot stays (the IK: 30 steps)
-    k = 60  # mid-lift: the right leg carried, its foot moved as far as the pelvis
+    np.testing.assert_allclose(fb[:, 0, 4:], fa[:, 0, 4:], atol=3e-3)  # the left foot stays (the IK: GROUND_TOL)
+    k = 40  # mid-lift: the right leg carried, its foot moved as far as the pelvis
     moved = b["joint_pos"][k, 0:2] - a["joint_pos"][k, 0:2]
     np.testing.assert_allclose(fb[k, 1, 4:] - fa[k, 1, 4:], moved, atol=2e-3)
     with pytest.raises(M.MotionError, match="com_margin"):
