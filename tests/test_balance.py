@@ -113,7 +113,8 @@ def test_preview_names_the_hovering_foot_of_the_calm_dance(capsys):
     """dance_calm's standing part has the left sole 5-10 mm above the floor while the right stands (the clip is
     built from holosoma-inference's wheel: skipped where PyPI cannot be reached); dance_calm_grounded, the same
     with its feet put down (motions.windows.ground_feet), has no such stretch; its kicks are floating "flights",
-    which dance_calm_planted (motions.windows.plant) puts down."""
+    which dance_calm_planted (motions.windows.plant) puts down, and dance_calm_steady balances with the COM over
+    the stance foot (motions.windows.balance_cop's com_margin_m)."""
     from motions.__main__ import main
 
     try:
@@ -135,3 +136,8 @@ def test_preview_names_the_hovering_foot_of_the_calm_dance(capsys):
     assert "(15.08, 15.58)" in out and out.count("not a flight") >= 6
     assert main(["preview", "dance_calm_planted", "--out", "/tmp/dance_calm_planted_preview.png"]) == 0
     assert "flight windows: []" in capsys.readouterr().out
+    # planted, the kicks' COM stands up to 11 cm outside the left foot; dance_calm_steady holds it over the foot
+    for name, low in (("dance_calm_planted", (-0.12, -0.08)), ("dance_calm_steady", (-0.03, 0.0))):
+        m = load_motion(name)
+        kicks = (m.times >= 15.3) & (m.times <= 16.5)
+        assert low[0] < np.nanmin(B.balance(m)["com_margin"][kicks]) < low[1], name
