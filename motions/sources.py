@@ -56,8 +56,8 @@ class Window(pydantic.BaseModel, extra="forbid"):
     # mm: the COM path bent so the centre of pressure the motion needs stays this far inside the feet
     # (motions.windows.balance_cop, after balance_com); none: the retargeted COM path
     cop_margin_mm: float | None = pydantic.Field(None, ge=0.0, lt=50.0)
-    # mm, with cop_margin_mm: the COM too held this far inside the feet on the floor in the frames balance_cop
-    # checks (one-leg stances included; its com_margin_m); none: the COM left where the CoP puts it
+    # mm, with cop_margin_mm: the COM too held this far inside the stance foot in one-leg stances of 0.3 s or more
+    # (balance_cop's com_margin_m); none: the COM left where the CoP puts it
     cop_com_margin_mm: float | None = pydantic.Field(None, ge=0.0, lt=50.0)
 
     @pydantic.model_validator(mode="after")

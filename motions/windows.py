@@ -624,13 +624,14 @@ def balance_cop(arrays: dict, margin_m: float, smooth: float = 30.0, accel: floa
     moved = np.zeros(2 * T)  # the move taken so far (the motion's frame; x then y)
     reach = np.full(T, np.inf)
     for done in range(1, rounds + 1):
-        b = balance(_as_motion(out))
+        mo = _as_motion(out)
+        b = balance(mo)
         first = _inside(b) if first is None else first
         first_com = _inside(b, "com_margin") if first_com is None else first_com
         com = b["com"]
         h = com[:, 2] / (np.gradient(np.gradient(com[:, 2], 1.0 / fps), 1.0 / fps) + GRAVITY)
         rows, rhs = [], []  # (frame, nx, ny, on the CoP: True / on the COM: False)
-        held_on_one = _one_leg_runs(_as_motion(out).contact, round(com_one_leg_s * fps))
+        held_on_one = _one_leg_runs(mo.contact, round(com_one_leg_s * fps))
         for k in np.flatnonzero(b["checked"] & np.all(np.isfinite(b["cop"]), axis=1)):
             if len(b["support"][k]) < 3:
                 continue
