@@ -384,11 +384,11 @@ def _on_the_left_foot(frames: int, lift: slice) -> dict:
 
 
 def test_balance_cop_with_a_com_margin_puts_the_com_over_the_stance_foot(tmp_path):
-    """The home pose lifting its right foot for 1.2 s stands on its left foot with its COM between the feet:
-    cm outside the left sole. balance_cop with com_margin_m 0 moves the pelvis over the left foot until the COM is
-    inside it (to the 2 mm it stops at) in the held one-leg frames, the left foot kept in place (3 mm: the IK stops within GROUND_TOL) and
-    the lifted foot carried with the pelvis (its leg's joints unchanged there, so it lands where the pelvis
-    went); the record counts the frames with the COM inside before and after."""
+    """The home pose lifting its right foot for 0.8 s stands on its left foot with its COM between the feet, more
+    than 3 cm outside the left sole. balance_cop with com_margin_m 0 moves the pelvis over the left foot until the
+    COM is inside it (to the 2 mm it stops at) in the held one-leg frames, the left foot kept in place (3 mm: the
+    IK stops within GROUND_TOL) and the lifted foot carried with the pelvis (moved as far as it, 2 mm); the record
+    counts the frames with the COM inside before and after."""
     from motions.balance import balance
     from motions.clips import load_clip
 
