@@ -631,14 +631,14 @@ def balance_cop(arrays: dict, margin_m: float, smooth: float = 30.0, accel: floa
         com = b["com"]
         h = com[:, 2] / (np.gradient(np.gradient(com[:, 2], 1.0 / fps), 1.0 / fps) + GRAVITY)
         rows, rhs = [], []  # (frame, nx, ny, on the CoP: True / on the COM: False)
-        held_on_one = _one_leg_runs(mo.contact, round(com_one_leg_s * fps))
+        held_on_one = None if com_margin_m is None else _one_leg_runs(mo.contact, round(com_one_leg_s * fps))
         for k in np.flatnonzero(b["checked"] & np.all(np.isfinite(b["cop"]), axis=1)):
             if len(b["support"][k]) < 3:
                 continue
             for n in ConvexHull(b["support"][k]).equations:  # n[:2] . (cop + dp) + n[2] <= -margin
                 rows.append((k, n[0], n[1], True))
                 rhs.append(-margin_m - n[2] - n[:2] @ b["cop"][k])
-                if com_margin_m is not None and held_on_one[k]:  # n[:2] . (com + d) + n[2] <= -com_margin
+                if held_on_one is not None and held_on_one[k]:  # n[:2] . (com + d) + n[2] <= -com_margin
                     rows.append((k, n[0], n[1], False))
                     rhs.append(-com_margin_m - n[2] - n[:2] @ com[k, :2])
         if not rows or np.max(-np.array(rhs)) <= 0.002:

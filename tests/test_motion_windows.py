@@ -392,15 +392,13 @@ def test_balance_cop_with_a_com_margin_puts_the_com_over_the_stance_foot(tmp_pat
     from motions.balance import balance
     from motions.clips import load_clip
 
-    def b_of(a, name):
-        return balance(load_clip(W.write_clip_arrays(tmp_path / name, a), 1.0 / FPS))
-
     a = _on_the_left_foot(80, slice(20, 60))
-    ba = b_of(a, "a.npz")
-    held = W._one_leg_runs(load_clip(W.write_clip_arrays(tmp_path / "a.npz", a), 1.0 / FPS).contact, 15)
+    ma = load_clip(W.write_clip_arrays(tmp_path / "a.npz", a), 1.0 / FPS)
+    ba = balance(ma)
+    held = W._one_leg_runs(ma.contact, 15)
     assert held.sum() > 25 and ba["com_margin"][held].max() < -0.03
     b = W.balance_cop(a, 0.01, com_margin_m=0.0, rounds=2)
-    bb = b_of(b, "b.npz")
+    bb = balance(load_clip(W.write_clip_arrays(tmp_path / "b.npz", b), 1.0 / FPS))
     inside = bb["com_margin"][held & bb["checked"]]
     assert len(inside) > 25 and inside.min() > -0.002
     rec = b["balance_cop"]
