@@ -39,7 +39,8 @@ def _inputs(pos, rot, ref_pos, ref_rot, lin=None, q=None, **kw):
                 ref_body_pos=jnp.asarray(ref_pos), ref_body_rot=jnp.asarray(ref_rot), ref_body_lin_vel=z,
                 ref_body_ang_vel=z, q=jnp.zeros(29) if q is None else jnp.asarray(q), ref_q=jnp.zeros(29),
                 action=jnp.zeros(29), last_action=jnp.zeros(29), ref_action=jnp.zeros(29),
-                torque_sq=jnp.asarray(0.0), fell=jnp.asarray(False))
+                torque_sq=jnp.asarray(0.0), fell=jnp.asarray(False), com=jnp.asarray(pos[0]),
+                foot_center=jnp.asarray(pos[[2, 2]]), ref_contact=jnp.array([True, True]))
     base.update(kw)
     return TR.TrackingInputs(**base)
 
@@ -87,6 +88,26 @@ def test_reward_kernels_hand_computed():
     q = np.zeros(29)
     q[3] = 0.1
     assert _terms(pos, rot, pos, rot, q=q)["joint_pos"] == pytest.approx(math.exp(-0.01 / 0.5), rel=1e-6)
+
+
+def test_com_support_hand_computed():
+    """The robot's COM over its stance foot in the reference's one-leg stances: 0 error (term 1) in double
+    stance and in flight wherever the COM is; over the one foot down otherwise; height does not count."""
+    pos, rot = _pose()
+    feet = jnp.array([[0.0, 0.1, 0.03], [0.05, -0.1, 0.2]])  # left down, right lifted
+    com = jnp.array([0.03, 0.06, 0.7])
+
+    def term(contact, c=com):
+        return _terms(pos, rot, pos, rot, com=c, foot_center=feet, ref_contact=jnp.array(contact))["com_support"]
+
+    assert term([True, True]) == pytest.approx(1.0) and term([False, False]) == pytest.approx(1.0)
+    assert term([True, False]) == pytest.approx(math.exp(-(0.03 ** 2 + 0.04 ** 2) / 0.1 ** 2), rel=1e-5)
+    assert term([False, True]) == pytest.approx(math.exp(-(0.02 ** 2 + 0.16 ** 2) / 0.1 ** 2), rel=1e-5)
+    assert term([True, False], jnp.array([0.0, 0.1, 0.2])) == pytest.approx(1.0)  # right above the sole: 1
+    # weight 0 by default: the field's recipe unchanged unless a recipe asks for the term
+    assert TR.TrackingConfig().weight_map()["com_support"] == 0.0
+    g = jax.grad(lambda c: TR.com_support_sq(c, feet, jnp.array([True, False])))(com)
+    np.testing.assert_allclose(np.asarray(g), [0.06, -0.08, 0.0], atol=1e-6)  # 2 (c - f) in x, y
 
 
 def test_rot_err_sq_is_the_chordal_angle():
@@ -267,6 +288,13 @@ def test_tracking_env_smoke_and_observation_contract(tracking_env):
         np.testing.assert_allclose(rot[i].reshape(9), d.xmat[b], atol=1e-5)
         np.testing.assert_allclose(lin[i], jp @ qvel, atol=1e-4)
         np.testing.assert_allclose(ang[i], jr @ qvel, atol=1e-4)
+    # the balance term's COM and sole centres are C MuJoCo's (subtree_com of the world, mean sole-sphere centre)
+    com_d = np.asarray(s.data.subtree_com[0, 0])
+    np.testing.assert_allclose(com_d, d.subtree_com[0], atol=1e-5)
+    soles = np.asarray(jax.vmap(env.foot_centers)(s.data)[0])
+    for f in (0, 1):
+        np.testing.assert_allclose(soles[f], d.geom_xpos[env.sphere_geoms[env.sphere_foot == f]].mean(0), atol=1e-5)
+    assert soles[0, 1] > soles[1, 1]  # left is +y
     # a failure (forced) is counted in its bin and every env carries the counts
     failed = s.replace(done=jnp.array([True, False]), truncated=jnp.array([False, False]))
     r = reset_done(failed, jax.random.split(jax.random.PRNGKey(2), 2))

@@ -422,6 +422,11 @@ class G1Env:
         """(8,) normal force of each foot sphere's floor contact in the last substep (N)."""
         return data._impl.efc_force[self.sphere_efc_rows].sum(-1)
 
+    def foot_centers(self, data: mjx.Data) -> jax.Array:
+        """(2, 3) left/right: the mean of each foot's sole-sphere centres, world."""
+        c = data.geom_xpos[self.sphere_geoms]
+        return jnp.stack([c[self.sphere_foot == f].mean(0) for f in (0, 1)])
+
     def foot_heights(self, data: mjx.Data) -> jax.Array:
         """(2,) lowest sphere bottom above the floor per foot (left, right), from data's kinematics."""
         bottom = data.geom_xpos[self.sphere_geoms, 2] - self.sphere_radius
@@ -498,7 +503,9 @@ class G1Env:
                                    ref_body_pos=self._ref_body_pos[i], ref_body_rot=self._ref_body_rot[i],
                                    ref_body_lin_vel=self._ref_body_lin[i], ref_body_ang_vel=self._ref_body_ang[i],
                                    q=q, ref_q=self._ref_q[i], action=action, last_action=last_action,
-                                   ref_action=self._ref_action[i], torque_sq=torque_sq, fell=fell)
+                                   ref_action=self._ref_action[i], torque_sq=torque_sq, fell=fell,
+                                   com=data.subtree_com[0], foot_center=self.foot_centers(data),
+                                   ref_contact=self._ref_c[i])
             track = TR.reward_terms(tx, cfg.tracking)
             reward = jnp.where(finite, TR.total_reward(track, self.track_weights), 0.0)
             terms = {**terms, **{f"track_{k}": v for k, v in track.items()}}
@@ -518,6 +525,7 @@ class G1Env:
         if self.tracking:
             metrics["anchor_pos_err"] = jnp.linalg.norm(pos[self.anchor] - self._ref_body_pos[i, self.anchor])
             metrics["anchor_ori_err"] = jnp.sqrt(TR.rot_err_sq(rot[self.anchor], self._ref_body_rot[i, self.anchor]))
+            metrics["com_support_err"] = jnp.sqrt(TR.com_support_sq(tx.com, tx.foot_center, tx.ref_contact) + 1e-12)
         return reward, fell, metrics
 
     # ------------------------------------------------------------------ API

@@ -15,10 +15,13 @@ Rewards (`reward_terms`), each exp(-e^2 / sigma^2) in (0, 1]:
 | `body_lin_vel` | mean over key bodies of \\|v_b - v*_b\\|^2 (world, body origin) | 1.0 m/s |
 | `body_ang_vel` | mean over key bodies of \\|w_b - w*_b\\|^2 (world) | 3.14 rad/s |
 | `joint_pos` | sum over the 29 joints of (q - q*)^2 | 0.7071 rad (train/rewards.py's K_JOINT_POS = 2 = 1 / sigma^2) |
+| `com_support` | in the reference's one-leg stances, \\|c_xy - f_xy\\|^2: the robot's centre of mass over the centre of its own stance foot's sole spheres (the stance foot: the reference's); 0 elsewhere | 0.1 m |
 
 sigmas and the weights anchor 0.5 / 0.5, bodies 1.0 each, action rate -0.1 are BeyondMimic's G1 settings;
 `joint_pos` (weight 1.0), `residual` (-0.2: the clip weights of motions/clips.py), `torque` (-1e-5) and `fall`
-(-10) are this repository's imitation terms (train/rewards.py), kept for SHAC's residual policy.
+(-10) are this repository's imitation terms (train/rewards.py), kept for SHAC's residual policy. `com_support`
+(weight 0 by default) is a balance term of the robot itself, not of the reference: a reference whose centre of
+mass leaves the stance foot still asks the robot to keep its own over it.
 Chordal angle^2 = 4 sin^2(theta / 2) = 0.5 \\|R_a - R_b\\|_F^2: theta^2 (BeyondMimic's quaternion error
 magnitude squared) within theta^2 / 12 (1.3 % at 0.4 rad), and smooth at theta = 0 where theta^2 through
 arccos has no gradient.
@@ -60,7 +63,7 @@ from train import rewards as R
 END_EFFECTORS = ("left_ankle_roll_link", "right_ankle_roll_link", "left_wrist_yaw_link", "right_wrist_yaw_link")
 DEFAULT_WEIGHTS = {"anchor_pos": 0.5, "anchor_ori": 0.5, "body_pos": 1.0, "body_ori": 1.0, "body_lin_vel": 1.0,
                    "body_ang_vel": 1.0, "joint_pos": 1.0, "action_rate": -0.1, "residual": -0.2, "torque": -1.0e-5,
-                   "fall": -10.0}
+                   "fall": -10.0, "com_support": 0.0}
 TERMS = tuple(DEFAULT_WEIGHTS)
 
 
@@ -76,6 +79,7 @@ class TrackingConfig:
     sigma_body_lin_vel: float = 1.0  # m/s
     sigma_body_ang_vel: float = 3.14  # rad/s
     sigma_joint_pos: float = 1.0 / math.sqrt(R.K_JOINT_POS)  # rad, on the sum over joints
+    sigma_com_support: float = 0.1  # m
     weights: tuple[tuple[str, float], ...] = tuple(DEFAULT_WEIGHTS.items())  # (term, weight); missing -> default
     anchor_z_limit: float = 0.25  # m
     anchor_gravity_limit: float = 0.8  # on the projected gravity's z component
@@ -89,7 +93,7 @@ class TrackingConfig:
 
     def __post_init__(self):
         for k in ("sigma_anchor_pos", "sigma_anchor_ori", "sigma_body_pos", "sigma_body_ori", "sigma_body_lin_vel",
-                  "sigma_body_ang_vel", "sigma_joint_pos", "window_s", "bin_s", "anchor_z_limit",
+                  "sigma_body_ang_vel", "sigma_joint_pos", "sigma_com_support", "window_s", "bin_s", "anchor_z_limit",
                   "anchor_gravity_limit", "end_effector_z_limit"):
             v = getattr(self, k)
             if not (math.isfinite(v) and v > 0):
@@ -211,6 +215,9 @@ class TrackingInputs(NamedTuple):
     ref_action: jax.Array
     torque_sq: jax.Array  # ()
     fell: jax.Array  # () bool
+    com: jax.Array  # (3,) the robot's centre of mass, world
+    foot_center: jax.Array  # (2, 3) left/right: the centre of each foot's sole spheres, world
+    ref_contact: jax.Array  # (2,) bool: the reference's feet on the floor, left/right
 
 
 def exp_kernel(err_sq, sigma: float):
@@ -220,6 +227,13 @@ def exp_kernel(err_sq, sigma: float):
 def relative_to_anchor(anchor: int, body_pos, body_rot, ref_body_pos, ref_body_rot):
     """The reference bodies relative to the robot's anchor (policies.tracking.relative_to_anchor on jax)."""
     return PT.relative_to_anchor(anchor, body_pos, body_rot, ref_body_pos, ref_body_rot, xp=jnp)
+
+
+def com_support_sq(com, foot_center, ref_contact):
+    """|c_xy - f_xy|^2 over the stance foot in the reference's one-leg stances (exactly one foot down), else 0."""
+    single = ref_contact[0] != ref_contact[1]
+    foot = jnp.where(ref_contact[0], foot_center[0, :2], foot_center[1, :2])
+    return jnp.where(single, jnp.sum((com[:2] - foot) ** 2), 0.0)
 
 
 def reward_terms(x: TrackingInputs, cfg: TrackingConfig) -> dict:
@@ -239,6 +253,7 @@ def reward_terms(x: TrackingInputs, cfg: TrackingConfig) -> dict:
         "residual": jnp.sum((x.action - x.ref_action) ** 2),
         "torque": x.torque_sq,
         "fall": x.fell.astype(x.q.dtype),
+        "com_support": exp_kernel(com_support_sq(x.com, x.foot_center, x.ref_contact), cfg.sigma_com_support),
     }
 
 
