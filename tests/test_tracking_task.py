@@ -223,8 +223,14 @@ def tracking_env():
     return G1Env(cfg, load_motion("box_lift"))
 
 
+@pytest.fixture(scope="module")
+def tracking_compiled(tracking_env):
+    """The env's batched reset and step, compiled once for the module's tests (batches of 2)."""
+    return jax.jit(tracking_env.reset_batch, static_argnums=1), jax.jit(jax.vmap(tracking_env.step))
+
+
 @pytest.mark.jax
-def test_tracking_env_smoke_and_observation_contract(tracking_env):
+def test_tracking_env_smoke_and_observation_contract(tracking_env, tracking_compiled):
     """A few jitted steps of 2 envs on box_lift: finite rewards and observations, failures counted into the
     sampler, truncation at the window's end; the observation is policies.observation's from the same state
     with motion_anchor_ori_b as policies.tracking builds it (the runtime's FK of the anchor); body velocities
@@ -239,9 +245,9 @@ def test_tracking_env_smoke_and_observation_contract(tracking_env):
     assert env.observation_size == O.obs_size(O.term_specs(O.TRACKING_OBS_TERMS))
     # jitted: one compile instead of op-by-op dispatch, and device-committed outputs as the step returns them,
     # so the step's first compile serves every later call
-    s = jax.jit(env.reset_batch, static_argnums=1)(jax.random.PRNGKey(1), 2)
+    reset_batch, step = tracking_compiled
+    s = reset_batch(jax.random.PRNGKey(1), 2)
     assert np.all(np.asarray(s.end_step) == np.minimum(np.asarray(s.step) + 100, 324))
-    step = jax.jit(jax.vmap(env.step))
     reset_done = jax.jit(env.reset_done)
     for k in range(3):
         s = step(s, env._ref_action[jnp.minimum(s.step + 1, env.episode_length)])  # the reference's own targets
@@ -312,3 +318,25 @@ def _mat_quat(r):
     from robots.body_frames import mat_to_quat
 
     return mat_to_quat(r)
+
+
+@pytest.mark.jax
+def test_train_window_replay_ends_as_the_env_does(tracking_env, tracking_compiled):
+    """experiments.train_window.replay on box_lift with the reference's own targets: a start mid-clip runs its
+    steps, a start 3 frames before the clip's end stops at its window's end, a start rolled 70 deg (past the fall
+    criterion's 57.3 deg) falls at the first control step."""
+    from experiments.train_window import replay
+
+    env = tracking_env
+    T = env.episode_length + 1
+    def reference(s):
+        return env._ref_action[jnp.minimum(s.step + 1, env.episode_length)]
+
+    rows = replay(env, reference, [10, T - 4], 5, compiled=tracking_compiled)
+    assert (rows[0]["ended"], rows[0]["reached"], rows[0]["fell_after_s"]) == ("steps", 15, None)
+    assert (rows[1]["ended"], rows[1]["reached"], rows[1]["fell_after_s"]) == ("window", T - 1, None)
+    qpos = np.asarray(env._start_qpos[jnp.asarray([10, 10])]).copy()
+    qpos[1, 3:7] = [math.cos(math.radians(35)), math.sin(math.radians(35)), 0.0, 0.0]
+    rows = replay(env, reference, [10, 10], 5, start_qpos=qpos, compiled=tracking_compiled)
+    assert rows[0]["ended"] == "steps" and rows[0]["com_support_err_max_m"] >= 0
+    assert rows[1]["ended"] == "fell" and rows[1]["fell_after_s"] == pytest.approx(env.cfg.control_dt)
