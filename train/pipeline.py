@@ -3,7 +3,8 @@
     run_dir = run(preset("cpu", motion="jump"), export_dir=None)
 
 Writes runs/<motion>/<stamp>/ (config.yaml = the TrainConfig, metrics.csv, curves.png,
-checkpoints/latest.npz), calls train.trainer.train with a progress bar, a metrics logger and
+checkpoints/latest.npz; the tracking task also sampler.csv and sampler.png: the start sampler's failure counts per
+clip bin at every checkpoint), calls train.trainer.train with a progress bar, a metrics logger and
 a checkpoint saver as its callbacks, then exports policies/g1/<motion>/ (or `export_dir`)
 from the returned params with the same TrainConfig's actor. `resume=<run dir>` continues that
 run from its latest checkpoint with the config given (the run's config.yaml is kept).
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 import jax
+import numpy as np
 
 from train import run_io
 from train.checkpoint import load_checkpoint, save_checkpoint
@@ -73,6 +75,10 @@ def run(cfg: TrainConfig, *, run_root: Path | None = None, resume: str | Path | 
     def on_checkpoint(ts, it: int, m: dict) -> None:
         save_checkpoint(ck_latest, ts.actor, ts.obs_norm, it, m, extra=resumable(ts), meta=meta)
         run_io.plot_curves(run_dir / "metrics.csv", run_dir / "curves.png")
+        if env.tracking:  # every env carries the same counts
+            run_io.append_sampler(run_dir / "sampler.csv", it, np.asarray(ts.env_state.start_counts)[0],
+                                  cfg.env.tracking.bin_s)
+            run_io.plot_sampler(run_dir / "sampler.csv", run_dir / "sampler.png")
         wall_at[it] = m["wall_s"]
         if selector is not None:
             selector.poll()

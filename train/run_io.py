@@ -1,5 +1,6 @@
 """Run folders: the stamped folder, metrics.csv appended per iteration, curves.png (the config:
-train/config.py's save_config)."""
+train/config.py's save_config); for the tracking task sampler.csv and sampler.png, the adaptive start sampler's
+failure counts per clip bin at every checkpoint."""
 from __future__ import annotations
 
 import csv
@@ -61,6 +62,39 @@ def plot_curves(metrics_csv: Path, out_png: Path, keys: Iterable[str] = ("reward
         ax.set_ylabel(k, fontsize=8)
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("iteration")
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=90)
+    plt.close(fig)
+    return Path(out_png)
+
+
+def append_sampler(path: Path, iteration: int, counts, bin_s: float) -> None:
+    """One row of sampler.csv: the tracking sampler's moving average of failures per control step in each bin of
+    bin_s seconds (train/tracking.py update_counts) at `iteration`."""
+    counts = np.asarray(counts, float).ravel()
+    MetricsLog(path).append({"iteration": int(iteration),
+                             **{f"fail_{k * bin_s:g}s": float(c) for k, c in enumerate(counts)}})
+
+
+def plot_sampler(sampler_csv: Path, out_png: Path) -> Path:
+    """Iterations x clip bins: where in the clip the training's episodes failed, as the sampler saw it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = MetricsLog(sampler_csv).read()
+    bins = [k for k in data if k.startswith("fail_")]
+    grid = np.array([data[k] for k in bins])  # (bins, rows)
+    fig, ax = plt.subplots(figsize=(7, 3))
+    it = data["iteration"]
+    im = ax.imshow(grid, aspect="auto", origin="lower", cmap="magma", interpolation="nearest",
+                   extent=(it.min() - 0.5, it.max() + 0.5, -0.5, len(bins) - 0.5))
+    ax.set_yticks(range(len(bins)), [b[5:] for b in bins], fontsize=6)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("clip bin (start)")
+    ax.set_title("failures per control step by clip bin (the start sampler's counts)", fontsize=9)
+    fig.colorbar(im, ax=ax)
     fig.tight_layout()
     fig.savefig(out_png, dpi=90)
     plt.close(fig)
