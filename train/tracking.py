@@ -108,6 +108,8 @@ class TrackingConfig:
         unknown = sorted({k for k, _ in self.weights} - set(TERMS))
         if unknown:
             raise ValueError(f"env.tracking.weights: unknown terms {unknown}; known: {list(TERMS)} (train/tracking.py)")
+        # canonical: every term in TERMS order, so a config saved before a term existed equals today's default
+        object.__setattr__(self, "weights", tuple(self.weight_map().items()))
         for name in (self.anchor_body, *self.bodies, *self.end_effectors):
             if not isinstance(name, str) or not name:
                 raise ValueError(f"env.tracking: body names must be non-empty strings, got {name!r}")
