@@ -22,9 +22,9 @@ def replay(env, policy, frames, steps: int, start_qpos=None, compiled=None) -> l
     """Run `policy(state) -> actions` (batched EnvState -> (N, 29)) in `env` from the reference's state at each of
     `frames` for `steps` control steps (no auto-reset); `start_qpos` (N, nq) replaces the start poses;
     `compiled` (jax.jit(env.reset_batch, static_argnums=1), jax.jit(jax.vmap(env.step))) to reuse (default:
-    compiled here). Per frame:
-    fell_after_s (None: did not fall), ended ("fell", "window" or "steps"), the last frame reached, and the largest
-    com_support_err (m) and anchor_pos_err (m) before the end."""
+    compiled here). Per frame: fell_after_s (None: did not fall), ended ("fell", "window" or "steps"), the last
+    frame reached, and the largest com_support_err (m) and anchor_pos_err (m) up to the end, the falling steps
+    included."""
     import jax
     import jax.numpy as jnp
 
