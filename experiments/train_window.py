@@ -18,37 +18,36 @@ import dataclasses
 import numpy as np
 
 
-def replay(env, policy, frames, steps: int, start_qpos=None, compiled=None) -> list[dict]:
-    """Run `policy(state) -> actions` (batched EnvState -> (N, 29)) in `env` from the reference's state at each of
-    `frames` for `steps` control steps (no auto-reset); `start_qpos` (N, nq) replaces the start poses;
-    `compiled` (jax.jit(env.reset_batch, static_argnums=1), jax.jit(jax.vmap(env.step))) to reuse (default:
-    compiled here). Per frame: fell_after_s (None: did not fall), ended ("fell", "window" or "steps"), the last
-    frame reached, and the largest com_support_err (m) and anchor_pos_err (m) up to the end, the falling steps
-    included."""
+def start_states(env, frames, reset=None):
+    """Batched EnvState: the reference's state at each of `frames` (G1Env.reset at a given frame); `reset` a
+    compiled jax.jit(jax.vmap(lambda k, f: env.reset(k, frame=f))) to reuse (default: compiled here)."""
     import jax
     import jax.numpy as jnp
 
     fr = jnp.asarray(np.asarray(frames), jnp.int32)
-    n = fr.shape[0]
-    if compiled is None:
-        compiled = (jax.jit(env.reset_batch, static_argnums=1), jax.jit(jax.vmap(env.step)))
-    reset_batch, env_step = compiled
-    s = reset_batch(jax.random.PRNGKey(0), n)
-    qpos = env._start_qpos[fr] if start_qpos is None else jnp.asarray(start_qpos, env._start_qpos.dtype)
-    data = jax.jit(jax.vmap(lambda d: env._kinematics(env.mx, d)))(s.data.replace(qpos=qpos, qvel=env._start_qvel[fr]))
-    last = env.episode_length + 1
-    s = s.replace(data=data, step=fr, last_action=env._ref_action[fr],
-                  end_step=jax.vmap(lambda f: env_window_end(env, f, last))(fr))
-    s = s.replace(obs=jax.vmap(env.observe)(s))
+    reset = reset or jax.jit(jax.vmap(lambda k, f: env.reset(k, frame=f)))
+    return reset(jax.random.split(jax.random.PRNGKey(0), fr.shape[0]), fr)
+
+
+def replay(env, policy, state, steps: int, batched_step=None) -> list[dict]:
+    """Run `policy(state) -> actions` (batched EnvState -> (N, 29)) in `env` from the batched `state` (e.g.
+    `start_states`) for `steps` control steps (no auto-reset); `batched_step` a compiled jax.jit(jax.vmap(env.step))
+    to reuse (default: compiled here). Per env: fell_after_s (None: did not fall), ended ("fell", "window" or
+    "steps"), the last frame reached, and the largest com_support_err (m) and anchor_pos_err (m) up to the end,
+    the falling steps included."""
+    import jax
+
+    env_step = batched_step or jax.jit(jax.vmap(env.step))
     act = jax.jit(policy)
+    n = state.step.shape[0]
     alive = np.ones(n, bool)
     out = [{"frame": int(f), "fell_after_s": None, "ended": "steps", "reached": int(f), "com_support_err_max_m": 0.0,
-            "anchor_pos_err_max_m": 0.0} for f in np.asarray(frames)]
+            "anchor_pos_err_max_m": 0.0} for f in np.asarray(state.step)]
+    s = state
     for k in range(steps):
         s = env_step(s, act(s))
         done, fell = np.asarray(s.done), np.asarray(s.metrics["fell"]) > 0
-        com = np.asarray(s.metrics.get("com_support_err", jnp.zeros(n)))
-        anchor = np.asarray(s.metrics.get("anchor_pos_err", jnp.zeros(n)))
+        com, anchor = np.asarray(s.metrics["com_support_err"]), np.asarray(s.metrics["anchor_pos_err"])
         reached = np.asarray(s.step)
         for i in np.flatnonzero(alive):
             o = out[i]
@@ -63,17 +62,6 @@ def replay(env, policy, frames, steps: int, start_qpos=None, compiled=None) -> l
         if not alive.any():
             break
     return out
-
-
-def env_window_end(env, frame, frames: int):
-    """The episode's last step from `frame`: its tracking window's end (train.tracking.window_end), else the clip's."""
-    import jax.numpy as jnp
-
-    from train import tracking as TR
-
-    if env.tracking:
-        return TR.window_end(frame, frames, env.window_steps)
-    return jnp.int32(env.episode_length)
 
 
 def run_policy(run_dir, checkpoint: str = "latest.npz"):
@@ -108,10 +96,12 @@ def main(argv=None) -> int:
     except ValueError:
         ap.error(f"--frames {args.frames!r}: give whole frame numbers, e.g. 700,750")
     env, policy = run_policy(args.run, args.checkpoint)
+    if not env.tracking:
+        ap.error(f"{args.run} is not a tracking run (env.task = {env.cfg.task}): its episodes do not start at frames")
     bad = [f for f in frames if not 0 <= f < env.episode_length]
     if bad:
         ap.error(f"--frames {bad}: the clip's frames are 0..{env.episode_length - 1}")
-    rows = replay(env, policy, frames, int(round(args.seconds / env.cfg.control_dt)))
+    rows = replay(env, policy, start_states(env, frames), int(round(args.seconds / env.cfg.control_dt)))
     print("frame  ended   fell after s  reached  COM off stance foot max cm  anchor err max cm")
     for r in rows:
         fell = "-" if r["fell_after_s"] is None else f"{r['fell_after_s']:.2f}"

@@ -229,6 +229,12 @@ def tracking_compiled(tracking_env):
     return jax.jit(tracking_env.reset_batch, static_argnums=1), jax.jit(jax.vmap(tracking_env.step))
 
 
+@pytest.fixture(scope="module")
+def tracking_reset_at(tracking_env):
+    """The env's batched reset at given frames, compiled once."""
+    return jax.jit(jax.vmap(lambda k, f: tracking_env.reset(k, frame=f)))
+
+
 @pytest.mark.jax
 def test_tracking_env_smoke_and_observation_contract(tracking_env, tracking_compiled):
     """A few jitted steps of 2 envs on box_lift: finite rewards and observations, failures counted into the
@@ -321,22 +327,28 @@ def _mat_quat(r):
 
 
 @pytest.mark.jax
-def test_train_window_replay_ends_as_the_env_does(tracking_env, tracking_compiled):
+def test_train_window_replay_ends_as_the_env_does(tracking_env, tracking_compiled, tracking_reset_at):
     """experiments.train_window.replay on box_lift with the reference's own targets: a start mid-clip runs its
     steps, a start 3 frames before the clip's end stops at its window's end, a start rolled 70 deg (past the fall
     criterion's 57.3 deg) falls at the first control step."""
-    from experiments.train_window import replay
+    from experiments.train_window import replay, start_states
 
     env = tracking_env
     T = env.episode_length + 1
+    step = tracking_compiled[1]
+
     def reference(s):
         return env._ref_action[jnp.minimum(s.step + 1, env.episode_length)]
 
-    rows = replay(env, reference, [10, T - 4], 5, compiled=tracking_compiled)
+    s = start_states(env, [10, T - 4], tracking_reset_at)
+    np.testing.assert_allclose(np.asarray(s.data.qpos[0]), np.asarray(env._start_qpos[10]))
+    rows = replay(env, reference, s, 5, batched_step=step)
     assert (rows[0]["ended"], rows[0]["reached"], rows[0]["fell_after_s"]) == ("steps", 15, None)
     assert (rows[1]["ended"], rows[1]["reached"], rows[1]["fell_after_s"]) == ("window", T - 1, None)
-    qpos = np.asarray(env._start_qpos[jnp.asarray([10, 10])]).copy()
+    s = start_states(env, [10, 10], tracking_reset_at)
+    qpos = np.asarray(s.data.qpos).copy()
     qpos[1, 3:7] = [math.cos(math.radians(35)), math.sin(math.radians(35)), 0.0, 0.0]
-    rows = replay(env, reference, [10, 10], 5, start_qpos=qpos, compiled=tracking_compiled)
+    rows = replay(env, reference, s.replace(data=s.data.replace(qpos=jnp.asarray(qpos, s.data.qpos.dtype))), 5,
+                  batched_step=step)
     assert rows[0]["ended"] == "steps" and rows[0]["com_support_err_max_m"] >= 0
     assert rows[1]["ended"] == "fell" and rows[1]["fell_after_s"] == pytest.approx(env.cfg.control_dt)

@@ -529,12 +529,15 @@ class G1Env:
         return reward, fell, metrics
 
     # ------------------------------------------------------------------ API
-    def reset(self, rng: jax.Array, start_counts: jax.Array | None = None) -> EnvState:
+    def reset(self, rng: jax.Array, start_counts: jax.Array | None = None, frame: jax.Array | None = None) -> EnvState:
         """Reference frame 0, feet on the floor, zero velocity, freshly sampled EnvParams; with probability
         cfg.random_start a uniformly drawn frame of the first num_start_frames instead (its reference state,
         the previous action = the action commanding that frame's reference). The tracking task: a frame drawn
         from the adaptive sampler's probabilities for `start_counts` (n_bins,) (None: no failures yet, uniform),
-        in the reference's state there, the episode ending at the end of its window."""
+        in the reference's state there, the episode ending at the end of its window; `frame` (tracking only): that
+        frame instead of a drawn one."""
+        if frame is not None and not self.tracking:
+            raise ValueError("reset(frame=...) starts a tracking episode at a frame; this env's task is not tracking")
         k_dr, k_state = jax.random.split(rng)  # as before random starts: random_start = 0 resets are unchanged
         dr = DR.sample_params(k_dr, self.cfg.domain_rand, self._nominal)
         fdt = self._kp.dtype
@@ -547,7 +550,8 @@ class G1Env:
         if self.tracking:
             tc = self.cfg.tracking
             probs = TR.start_probabilities(counts, tc.kernel_size, tc.kernel_lambda, tc.uniform_floor)
-            step = TR.sample_start(jax.random.fold_in(rng, 2), probs, self.per_bin, self.episode_length + 1)
+            step = TR.sample_start(jax.random.fold_in(rng, 2), probs, self.per_bin, self.episode_length + 1) \
+                if frame is None else jnp.asarray(frame, jnp.int32)
             data = data.replace(qpos=self._start_qpos[step], qvel=self._start_qvel[step])
             data = self._kinematics(self.mx, data)
             last_action = self._ref_action[step]
