@@ -8,6 +8,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from motions.sources import cache_lock
+
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".cache" / "holosoma"
 WHEEL = "holosoma_inference-0.1.3-py3-none-any.whl"
@@ -21,7 +23,13 @@ class DownloadError(RuntimeError):
 
 
 def models_dir(cache: Path = CACHE) -> Path:
-    """The unpacked wheel's root (holds holosoma_inference/...); downloads and unpacks it once."""
+    """The unpacked wheel's root (holds holosoma_inference/...); downloads and unpacks it once (one process at a
+    time: motions.sources.cache_lock)."""
+    with cache_lock(cache):
+        return _models_dir(cache)
+
+
+def _models_dir(cache: Path) -> Path:
     wheel = cache / WHEEL
     if not wheel.is_file():
         cache.mkdir(parents=True, exist_ok=True)

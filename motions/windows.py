@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -719,10 +720,16 @@ def write_clip_arrays(path, arrays: dict, note: dict | None = None) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     extra = {"note": np.array(json.dumps(note, sort_keys=True))} if note else {}
-    np.savez_compressed(path, fps=np.array([float(arrays["fps"])]),
-                        joint_pos=np.asarray(arrays["joint_pos"], np.float32),
-                        joint_vel=np.asarray(arrays["joint_vel"], np.float32),
-                        joint_names=np.array([str(n) for n in arrays["joint_names"]]), **extra)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # renamed into place: no reader sees half a file
+    try:
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, fps=np.array([float(arrays["fps"])]),
+                                joint_pos=np.asarray(arrays["joint_pos"], np.float32),
+                                joint_vel=np.asarray(arrays["joint_vel"], np.float32),
+                                joint_names=np.array([str(n) for n in arrays["joint_names"]]), **extra)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 

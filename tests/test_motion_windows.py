@@ -102,6 +102,45 @@ def test_cut_write_and_read_back(tmp_path):
         W.cut(a, 150, 101)
 
 
+def test_a_clip_is_written_whole_or_not_at_all(tmp_path):
+    """write_clip_arrays renames a finished file into place: a write that fails leaves neither the clip nor a
+    temporary file, and one that succeeds leaves only the clip (readers in other processes never see half)."""
+    a = _still(20)
+    p = W.write_clip_arrays(tmp_path / "w.npz", a)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["w.npz"]
+    with pytest.raises(ValueError):
+        W.write_clip_arrays(tmp_path / "bad.npz", {**a, "joint_pos": [["not a number"] * 36] * 20})
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["w.npz"]
+    assert W.read_clip_arrays(p)["joint_pos"].shape == (20, 36)
+
+
+def test_the_cache_lock_keeps_a_second_process_out_until_the_first_lets_go(tmp_path):
+    """Two processes building under one clip cache (a training beside an eval, two test workers) take turns:
+    a child holds motions.sources.cache_lock for 1.5 s; this process's cache_lock waits for it."""
+    import subprocess
+    import sys
+    import time
+
+    held = tmp_path / "held"
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time, pathlib; from motions.sources import cache_lock\n"
+        f"with cache_lock(pathlib.Path({str(tmp_path)!r})):\n"
+        f"    pathlib.Path({str(held)!r}).touch(); time.sleep(1.5)\n")], cwd=S.REPO)
+    try:
+        t0 = time.monotonic()
+        while not held.exists():
+            assert child.poll() is None and time.monotonic() - t0 < 60, "the child never took the lock"
+            time.sleep(0.01)
+        t1 = time.monotonic()
+        with S.cache_lock(tmp_path):
+            waited = time.monotonic() - t1
+            assert child.poll() is not None or waited > 1.0  # the child let go: it is leaving or gone
+        assert waited > 1.0
+    finally:
+        child.wait(timeout=30)
+    assert child.returncode == 0
+
+
 def test_lead_in_from_standing_to_the_first_frame():
     """Hold the home pose at the first frame's heading, smoothstep to the first frame, then the clip unchanged."""
     from motions.clips import sole_heights_and_ankles
