@@ -66,12 +66,12 @@ lo-multicast:
 
 # The full suite (what CI runs): everything but the `slow` trainings, in two passes. First the compile- and
 # compute-bound tests on TEST_WORKERS pytest-xdist workers, a test file per worker (a module's shared compiles stay
-# shared), the downloads among them (`network`: workers sharing a cache folder take turns, motions.sources.cache_lock);
-# then the real-time and soak runs on their own, so their deadlines are not shared with a compile.
+# shared); then the real-time and soak runs on their own, so their deadlines are not shared with a compile, and the
+# downloads (`network`: beside the compiles their clip builds lengthened the first pass, docs/development.md).
 # A pass that selects nothing (ARGS naming one file) is not a failure; both selecting nothing is (pytest's 5).
 TEST_WORKERS ?= 2
-PARALLEL_MARKERS := not (realtime or soak or slow)
-SERIAL_MARKERS := (realtime or soak) and not slow
+PARALLEL_MARKERS := not (realtime or soak or network or slow)
+SERIAL_MARKERS := (realtime or soak or network) and not slow
 test: setup lo-multicast lint-imports
 	@p=0; $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "$(PARALLEL_MARKERS)" $(ARGS) || p=$$?; \
 	s=0; $(PY) -m pytest -q -m "$(SERIAL_MARKERS)" $(ARGS) || s=$$?; \
