@@ -161,7 +161,7 @@ def materialise(path, cache: Path = CACHE) -> Path:
     return out
 
 
-def _build(src: "ClipSource", out: Path, cache: Path) -> None:
+def _build(src: ClipSource, out: Path, cache: Path) -> None:
     from motions.windows import (balance_com, balance_cop, cut, ground_feet, lead_in, lead_out, plant,
                                  read_clip_arrays, write_clip_arrays)
 
