@@ -31,8 +31,7 @@ def models_dir(cache: Path = CACHE) -> Path:
 
 def _models_dir(cache: Path) -> Path:
     wheel = cache / WHEEL
-    if not wheel.is_file():
-        cache.mkdir(parents=True, exist_ok=True)
+    if not wheel.is_file():  # cache_lock made the folder
         r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "holosoma-inference==0.1.3",
                             "-d", str(cache)], capture_output=True, text=True, timeout=300)
         if r.returncode != 0 or not wheel.is_file():
