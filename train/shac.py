@@ -226,13 +226,18 @@ class SHAC:
     def match_iterate_types(self, ts: TrainState) -> TrainState:
         """Cast the state to exactly the dtypes/weak types `iterate` returns, so the second
         iteration reuses the first compile (a weak-typed leaf would trigger a full recompile).
-        Also for a state restored from a checkpoint (numpy leaves)."""
-        out = jax.eval_shape(self._iterate, ts)[0]
-        ts = jax.tree.map(lambda x, s: jax.lax.convert_element_type(jnp.asarray(x), s.dtype)
-                          if getattr(x, "weak_type", False) != s.weak_type or x.dtype != s.dtype else x, ts, out)
+        Also for a state restored from a checkpoint (numpy leaves).
+
+        The output types come from tracing the jitted iteration on the state made strongly typed
+        and committed, as the first call then sees it: that call reuses this trace (tracing the
+        iteration costs ~45 s on 2 cores for the smallest env), and a restored state of the same
+        types reuses it too."""
+        ts = jax.tree.map(lambda x: jax.lax.convert_element_type(jnp.asarray(x), jnp.asarray(x).dtype), ts)
         if self.sharding is None:  # outputs come back committed to the device: make the inputs so too
             ts = jax.device_put(ts, jax.devices()[0])
-        return ts
+        out = jax.eval_shape(self._iterate_jit, ts)[0]
+        return jax.tree.map(lambda x, s: jax.lax.convert_element_type(x, s.dtype)
+                            if x.weak_type != s.weak_type or x.dtype != s.dtype else x, ts, out)
 
     def _iterate(self, ts: TrainState):
         cfg = self.cfg
