@@ -40,7 +40,8 @@ def _inputs(pos, rot, ref_pos, ref_rot, lin=None, q=None, **kw):
                 ref_body_ang_vel=z, q=jnp.zeros(29) if q is None else jnp.asarray(q), ref_q=jnp.zeros(29),
                 action=jnp.zeros(29), last_action=jnp.zeros(29), ref_action=jnp.zeros(29),
                 torque_sq=jnp.asarray(0.0), fell=jnp.asarray(False), com=jnp.asarray(pos[0]),
-                foot_center=jnp.asarray(pos[[2, 2]]), ref_contact=jnp.array([True, True]))
+                foot_center=jnp.asarray(pos[[2, 2]]), ref_contact=jnp.array([True, True]), ref_com=jnp.asarray(pos[0]),
+                ref_foot_center=jnp.asarray(pos[[2, 2]]))
     base.update(kw)
     return TR.TrackingInputs(**base)
 
@@ -108,6 +109,34 @@ def test_com_support_hand_computed():
     assert TR.TrackingConfig().weight_map()["com_support"] == 0.0
     g = jax.grad(lambda c: TR.com_support_sq(c, feet, jnp.array([True, False])))(com)
     np.testing.assert_allclose(np.asarray(g), [0.06, -0.08, 0.0], atol=1e-6)  # 2 (c - f) in x, y
+
+
+def test_com_feet_hand_computed():
+    """The robot's COM relative to its support point as the reference's is to its own: the support the foot down
+    in a one-leg stance, the feet's mean in double stance (the reference's feet down choose it for both), 0 error
+    in flight; a robot shifted whole with its feet tracks exactly; height does not count."""
+    pos, rot = _pose()
+    feet = jnp.array([[0.0, 0.1, 0.03], [0.05, -0.1, 0.2]])
+    ref_feet = jnp.array([[0.02, 0.12, 0.03], [0.07, -0.06, 0.03]])
+    com, ref_com = jnp.array([0.03, 0.06, 0.7]), jnp.array([0.04, 0.01, 0.75])
+
+    def term(contact, c=com, f=feet):
+        return _terms(pos, rot, pos, rot, com=c, foot_center=f, ref_com=ref_com, ref_foot_center=ref_feet,
+                      ref_contact=jnp.array(contact))["com_feet"]
+
+    # double stance: robot c - s = (0.03, 0.06) - (0.025, 0.0) = (0.005, 0.06); reference (0.04, 0.01) - (0.045,
+    # 0.03) = (-0.005, -0.02); error (0.01, 0.08)
+    assert term([True, True]) == pytest.approx(math.exp(-(0.01 ** 2 + 0.08 ** 2) / 0.1 ** 2), rel=1e-5)
+    # on the left foot: (0.03, -0.04) against (0.02, -0.11): error (0.01, 0.07)
+    assert term([True, False]) == pytest.approx(math.exp(-(0.01 ** 2 + 0.07 ** 2) / 0.1 ** 2), rel=1e-5)
+    # on the right foot: (-0.02, 0.16) against (-0.03, 0.07): error (0.01, 0.09)
+    assert term([False, True]) == pytest.approx(math.exp(-(0.01 ** 2 + 0.09 ** 2) / 0.1 ** 2), rel=1e-5)
+    assert term([False, False]) == pytest.approx(1.0)
+    shift = jnp.array([0.3, -0.2, 0.1])  # the reference's COM and feet moved together: exact tracking
+    assert term([True, False], ref_com + shift, ref_feet + shift) == pytest.approx(1.0)
+    assert TR.TrackingConfig().weight_map()["com_feet"] == 0.0
+    g = jax.grad(lambda c: TR.com_feet_sq(c, feet, ref_com, ref_feet, jnp.array([True, False])))(com)
+    np.testing.assert_allclose(np.asarray(g), [0.02, 0.14, 0.0], atol=1e-6)  # 2 e in x, y
 
 
 def test_rot_err_sq_is_the_chordal_angle():
@@ -287,6 +316,14 @@ def test_tracking_env_smoke_and_observation_contract(tracking_env, tracking_comp
     trained = np.asarray(env._ref_body_rot[:, env.anchor], float)
     assert art_ref.frames == trained.shape[0]
     np.testing.assert_allclose(np.stack([quat_to_mat(x) for x in art_ref.anchor_quat]), trained, atol=1e-5)
+    # the robot placed in the reference's own state: its COM relative to its feet is the reference's (the MJX
+    # inputs of com_feet against the C MuJoCo reference arrays), at frames of double and single stance
+    contact = np.asarray(env._ref_c)
+    for f in (int(np.flatnonzero(contact.all(1))[5]), int(np.flatnonzero(contact.sum(1) == 1)[3])):
+        kin = jax.jit(env._kinematics)(env.mx, env.init_data.replace(qpos=env._start_qpos[f], qvel=env._start_qvel[f]))
+        err = TR.com_feet_sq(kin.subtree_com[0], env.foot_centers(kin), env._ref_com[f], env._ref_feet[f],
+                             env._ref_c[f])
+        assert float(err) < 1e-10 and np.asarray(env._ref_c[f]).any()
     # body kinematics == C MuJoCo's at the same state (velocities: the body Jacobians times qvel)
     m = env.mj_model
     d = mujoco.MjData(m)

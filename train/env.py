@@ -335,12 +335,16 @@ class G1Env:
         d = mujoco.MjData(m)
         pos, rot = np.zeros((T, len(bodies), 3)), np.zeros((T, len(bodies), 3, 3))
         lin, ang = np.zeros((T, len(bodies), 3)), np.zeros((T, len(bodies), 3))
+        com, feet = np.zeros((T, 3)), np.zeros((T, 2, 3))
         for k in range(T):
             d.qpos[:], d.qvel[:] = ref_qpos[k], ref_qvel[k]
             mujoco.mj_forward(m, d)
             pos[k], rot[k] = d.xpos[self.track_body], d.xmat[self.track_body].reshape(-1, 3, 3)
             lin[k], ang[k] = TR.origin_velocity(d.cvel[self.track_body], pos[k], d.subtree_com[self.track_root], xp=np)
+            com[k] = d.subtree_com[0]
+            feet[k] = [d.geom_xpos[self.sphere_geoms[self.sphere_foot == f]].mean(0) for f in (0, 1)]
         fdt = jnp.asarray(0.0).dtype
+        self._ref_com, self._ref_feet = jnp.asarray(com, fdt), jnp.asarray(feet, fdt)
         self._ref_body_pos, self._ref_body_rot = jnp.asarray(pos, fdt), jnp.asarray(rot, fdt)
         self._ref_body_lin, self._ref_body_ang = jnp.asarray(lin, fdt), jnp.asarray(ang, fdt)
         self.anchor_chain = TR.chain_of(m, tc.anchor_body, self.qadr)
@@ -505,7 +509,8 @@ class G1Env:
                                    q=q, ref_q=self._ref_q[i], action=action, last_action=last_action,
                                    ref_action=self._ref_action[i], torque_sq=torque_sq, fell=fell,
                                    com=data.subtree_com[0], foot_center=self.foot_centers(data),
-                                   ref_contact=self._ref_c[i])
+                                   ref_contact=self._ref_c[i], ref_com=self._ref_com[i],
+                                   ref_foot_center=self._ref_feet[i])
             track = TR.reward_terms(tx, cfg.tracking)
             reward = jnp.where(finite, TR.total_reward(track, self.track_weights), 0.0)
             terms = {**terms, **{f"track_{k}": v for k, v in track.items()}}
@@ -526,6 +531,8 @@ class G1Env:
             metrics["anchor_pos_err"] = jnp.linalg.norm(pos[self.anchor] - self._ref_body_pos[i, self.anchor])
             metrics["anchor_ori_err"] = jnp.sqrt(TR.rot_err_sq(rot[self.anchor], self._ref_body_rot[i, self.anchor]))
             metrics["com_support_err"] = jnp.sqrt(TR.com_support_sq(tx.com, tx.foot_center, tx.ref_contact) + 1e-12)
+            metrics["com_feet_err"] = jnp.sqrt(TR.com_feet_sq(tx.com, tx.foot_center, tx.ref_com, tx.ref_foot_center,
+                                                              tx.ref_contact) + 1e-12)
         return reward, fell, metrics
 
     # ------------------------------------------------------------------ API

@@ -16,12 +16,16 @@ Rewards (`reward_terms`), each exp(-e^2 / sigma^2) in (0, 1]:
 | `body_ang_vel` | mean over key bodies of \\|w_b - w*_b\\|^2 (world) | 3.14 rad/s |
 | `joint_pos` | sum over the 29 joints of (q - q*)^2 | 0.7071 rad (train/rewards.py's K_JOINT_POS = 2 = 1 / sigma^2) |
 | `com_support` | in the reference's one-leg stances, \\|c_xy - f_xy\\|^2: the robot's centre of mass over the centre of its own stance foot's sole spheres (the stance foot: the reference's); 0 elsewhere | 0.1 m |
+| `com_feet` | wherever the reference has a foot down, \\|(c_xy - s_xy) - (c*_xy - s*_xy)\\|^2: the robot's centre of mass relative to its support point s as the reference's is to its own s*; s the centre of the stance foot's sole spheres in a one-leg stance, the mean of the two feet's in double stance (the feet down: the reference's); 0 in flight | 0.1 m |
 
 sigmas and the weights anchor 0.5 / 0.5, bodies 1.0 each, action rate -0.1 are BeyondMimic's G1 settings;
 `joint_pos` (weight 1.0), `residual` (-0.2: the clip weights of motions/clips.py), `torque` (-1e-5) and `fall`
 (-10) are this repository's imitation terms (train/rewards.py), kept for SHAC's residual policy. `com_support`
 (weight 0 by default) is a balance term of the robot itself, not of the reference: a reference whose centre of
-mass leaves the stance foot still asks the robot to keep its own over it.
+mass leaves the stance foot still asks the robot to keep its own over it. `com_feet` (weight 0 by default) asks
+for the reference's own weight shift: where the reference moves its centre of mass toward the foot it will stand
+on, the robot's is asked to move by as much relative to its own feet (`anchor_pos`, in the world at 0.3 m, and the
+bodies, relative to the anchor, leave a 10 cm sideways lean of the whole robot almost free).
 Chordal angle^2 = 4 sin^2(theta / 2) = 0.5 \\|R_a - R_b\\|_F^2: theta^2 (BeyondMimic's quaternion error
 magnitude squared) within theta^2 / 12 (1.3 % at 0.4 rad), and smooth at theta = 0 where theta^2 through
 arccos has no gradient.
@@ -63,7 +67,7 @@ from train import rewards as R
 END_EFFECTORS = ("left_ankle_roll_link", "right_ankle_roll_link", "left_wrist_yaw_link", "right_wrist_yaw_link")
 DEFAULT_WEIGHTS = {"anchor_pos": 0.5, "anchor_ori": 0.5, "body_pos": 1.0, "body_ori": 1.0, "body_lin_vel": 1.0,
                    "body_ang_vel": 1.0, "joint_pos": 1.0, "action_rate": -0.1, "residual": -0.2, "torque": -1.0e-5,
-                   "fall": -10.0, "com_support": 0.0}
+                   "fall": -10.0, "com_support": 0.0, "com_feet": 0.0}
 TERMS = tuple(DEFAULT_WEIGHTS)
 
 
@@ -80,6 +84,7 @@ class TrackingConfig:
     sigma_body_ang_vel: float = 3.14  # rad/s
     sigma_joint_pos: float = 1.0 / math.sqrt(R.K_JOINT_POS)  # rad, on the sum over joints
     sigma_com_support: float = 0.1  # m
+    sigma_com_feet: float = 0.1  # m
     weights: tuple[tuple[str, float], ...] = tuple(DEFAULT_WEIGHTS.items())  # (term, weight); missing -> default
     anchor_z_limit: float = 0.25  # m
     anchor_gravity_limit: float = 0.8  # on the projected gravity's z component
@@ -93,7 +98,7 @@ class TrackingConfig:
 
     def __post_init__(self):
         for k in ("sigma_anchor_pos", "sigma_anchor_ori", "sigma_body_pos", "sigma_body_ori", "sigma_body_lin_vel",
-                  "sigma_body_ang_vel", "sigma_joint_pos", "sigma_com_support", "window_s", "bin_s", "anchor_z_limit",
+                  "sigma_body_ang_vel", "sigma_joint_pos", "sigma_com_support", "sigma_com_feet", "window_s", "bin_s", "anchor_z_limit",
                   "anchor_gravity_limit", "end_effector_z_limit"):
             v = getattr(self, k)
             if not (math.isfinite(v) and v > 0):
@@ -220,6 +225,8 @@ class TrackingInputs(NamedTuple):
     com: jax.Array  # (3,) the robot's centre of mass, world
     foot_center: jax.Array  # (2, 3) left/right: the centre of each foot's sole spheres, world
     ref_contact: jax.Array  # (2,) bool: the reference's feet on the floor, left/right
+    ref_com: jax.Array  # (3,) the reference's centre of mass, world
+    ref_foot_center: jax.Array  # (2, 3) the reference's foot_center
 
 
 def exp_kernel(err_sq, sigma: float):
@@ -236,6 +243,20 @@ def com_support_sq(com, foot_center, ref_contact):
     single = ref_contact[0] != ref_contact[1]
     foot = jnp.where(ref_contact[0], foot_center[0, :2], foot_center[1, :2])
     return jnp.where(single, jnp.sum((com[:2] - foot) ** 2), 0.0)
+
+
+def support_point(foot_center, contact):
+    """The xy point a stance stands on: the foot down in a one-leg stance, the feet's mean in double stance
+    (flight: the feet's mean; the terms using it count only stances)."""
+    w = jnp.where(jnp.any(contact), contact.astype(foot_center.dtype), jnp.ones(2, foot_center.dtype))
+    return (w[:, None] * foot_center[:, :2]).sum(0) / w.sum()
+
+
+def com_feet_sq(com, foot_center, ref_com, ref_foot_center, ref_contact):
+    """|(c - s) - (c* - s*)|^2 in xy, s and s* the support points of the robot's and the reference's feet for
+    the reference's feet down; 0 when the reference has no foot down."""
+    e = (com[:2] - support_point(foot_center, ref_contact)) - (ref_com[:2] - support_point(ref_foot_center, ref_contact))
+    return jnp.where(jnp.any(ref_contact), jnp.sum(e ** 2), 0.0)
 
 
 def reward_terms(x: TrackingInputs, cfg: TrackingConfig) -> dict:
@@ -256,6 +277,8 @@ def reward_terms(x: TrackingInputs, cfg: TrackingConfig) -> dict:
         "torque": x.torque_sq,
         "fall": x.fell.astype(x.q.dtype),
         "com_support": exp_kernel(com_support_sq(x.com, x.foot_center, x.ref_contact), cfg.sigma_com_support),
+        "com_feet": exp_kernel(com_feet_sq(x.com, x.foot_center, x.ref_com, x.ref_foot_center, x.ref_contact),
+                               cfg.sigma_com_feet),
     }
 
 
