@@ -143,14 +143,23 @@ def _wheel_member(package: str, member: str, cache: Path) -> Path:
     return root / member
 
 
+# the modules a clip's build runs: this one (_build), motions/windows.py and the motions modules windows imports
+# (tests check the list)
+BUILDER_MODULES = ("sources", "windows", "balance", "clips", "clip_files", "motion", "torques", "tracking_onnx")
+
+
+def builder_code() -> bytes:
+    """The source of BUILDER_MODULES: a built clip's cache name covers it, so a change to any rebuilds the clip."""
+    here = Path(__file__).resolve().parent
+    return b"".join((here / f"{m}.py").read_bytes() for m in BUILDER_MODULES)
+
+
 def materialise(path, cache: Path = CACHE) -> Path:
     """The window the source file `path` describes, as a clip under cache (written once per content of the file and
-    of motions/windows.py, which builds it)."""
-    from motions import windows
-
+    of the code that builds it, BUILDER_MODULES)."""
     path = Path(path)
     src = read_source(path)
-    digest = hashlib.sha256(path.read_bytes() + Path(windows.__file__).read_bytes()).hexdigest()[:12]  # file + code
+    digest = hashlib.sha256(path.read_bytes() + builder_code()).hexdigest()[:12]  # file + code
     name = path.name[: -len(SOURCE_SUFFIX)]
     out = cache / "clips" / f"{name}-{digest}.npz"
     if out.is_file():  # written whole or not at all (write_clip_arrays)

@@ -7,6 +7,7 @@ the measure picks on the source (network)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -457,6 +458,23 @@ def test_dance_source_file():
     assert src.window.frames == 751  # 15 s at 50 Hz, both ends included
     assert src.selection["seconds"] == 15.0 and src.selection["max_pelvis_tilt_deg"] <= W.MAX_TILT_DEG
     assert {"dance", "dance_in_limits", "dance_calm", "box_lift"} <= set(M.available_motions())
+
+
+def test_a_built_clips_cache_name_covers_every_motions_module_its_build_imports():
+    """materialise names a built clip by the source file and BUILDER_MODULES' code: every motions module that
+    motions/windows.py imports (at the top or inside its functions) is in the list, so editing one rebuilds."""
+    import ast
+
+    from motions import sources
+
+    tree = ast.parse((Path(sources.__file__).parent / "windows.py").read_text())
+    imported = {n.module.split(".")[1] for n in ast.walk(tree)
+                if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("motions.")}
+    assert imported and imported <= set(sources.BUILDER_MODULES), sorted(imported - set(sources.BUILDER_MODULES))
+    assert "windows" in sources.BUILDER_MODULES
+    code = sources.builder_code()
+    for m in sources.BUILDER_MODULES:
+        assert (Path(sources.__file__).parent / f"{m}.py").read_bytes() in code
 
 
 def test_source_file_errors_name_the_file(tmp_path):
