@@ -342,7 +342,7 @@ class G1Env:
             pos[k], rot[k] = d.xpos[self.track_body], d.xmat[self.track_body].reshape(-1, 3, 3)
             lin[k], ang[k] = TR.origin_velocity(d.cvel[self.track_body], pos[k], d.subtree_com[self.track_root], xp=np)
             com[k] = d.subtree_com[0]
-            feet[k] = [d.geom_xpos[self.sphere_geoms[self.sphere_foot == f]].mean(0) for f in (0, 1)]
+            feet[k] = self.foot_centers(d, xp=np)
         fdt = jnp.asarray(0.0).dtype
         self._ref_com, self._ref_feet = jnp.asarray(com, fdt), jnp.asarray(feet, fdt)
         self._ref_body_pos, self._ref_body_rot = jnp.asarray(pos, fdt), jnp.asarray(rot, fdt)
@@ -426,10 +426,11 @@ class G1Env:
         """(8,) normal force of each foot sphere's floor contact in the last substep (N)."""
         return data._impl.efc_force[self.sphere_efc_rows].sum(-1)
 
-    def foot_centers(self, data: mjx.Data) -> jax.Array:
-        """(2, 3) left/right: the mean of each foot's sole-sphere centres, world."""
+    def foot_centers(self, data, xp=jnp):
+        """(2, 3) left/right: the mean of each foot's sole-sphere centres, world (data: MJX's, or C MuJoCo's
+        with xp=np)."""
         c = data.geom_xpos[self.sphere_geoms]
-        return jnp.stack([c[self.sphere_foot == f].mean(0) for f in (0, 1)])
+        return xp.stack([c[self.sphere_foot == f].mean(0) for f in (0, 1)])
 
     def foot_heights(self, data: mjx.Data) -> jax.Array:
         """(2,) lowest sphere bottom above the floor per foot (left, right), from data's kinematics."""
