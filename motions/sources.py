@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
 import subprocess
@@ -148,6 +149,7 @@ def _wheel_member(package: str, member: str, cache: Path) -> Path:
 BUILDER_MODULES = ("sources", "windows", "balance", "clips", "clip_files", "motion", "torques", "tracking_onnx")
 
 
+@functools.cache
 def builder_code() -> bytes:
     """The source of BUILDER_MODULES: a built clip's cache name covers it, so a change to any rebuilds the clip."""
     here = Path(__file__).resolve().parent

@@ -21,6 +21,12 @@ import optax
 from train.networks import OBS_CLIP
 
 
+def _strong(x) -> jax.Array:
+    """x as a strongly typed jax array of its own dtype (a weak-typed scalar would retrace the iteration)."""
+    x = jnp.asarray(x)
+    return jax.lax.convert_element_type(x, x.dtype)
+
+
 @dataclasses.dataclass(frozen=True)
 class SHACConfig:
     num_envs: int = 64
@@ -232,7 +238,7 @@ class SHAC:
         and committed, as the first call then sees it: that call reuses this trace (tracing the
         iteration costs ~45 s on 2 cores for the smallest env), and a restored state of the same
         types reuses it too."""
-        ts = jax.tree.map(lambda x: jax.lax.convert_element_type(jnp.asarray(x), jnp.asarray(x).dtype), ts)
+        ts = jax.tree.map(_strong, ts)
         if self.sharding is None:  # outputs come back committed to the device: make the inputs so too
             ts = jax.device_put(ts, jax.devices()[0])
         out = jax.eval_shape(self._iterate_jit, ts)[0]
