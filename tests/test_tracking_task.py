@@ -211,6 +211,58 @@ def test_start_frames_follow_the_probabilities_and_are_reproducible():
     assert len(np.unique(f[f // 50 == 1])) == 50  # uniform within a bin
 
 
+def _ry(a):
+    c, s = math.cos(a), math.sin(a)
+    return np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]])
+
+
+def test_quaternion_helpers_by_hand():
+    """quat_from_rpy is yaw(z) * pitch(y) * roll(x) (the IMU's ZYX rpy reads it back); quat_mul composes as the
+    rotation matrices do."""
+    from robots.physics import quat_to_rpy
+
+    rpy = (0.3, -0.2, 1.1)
+    q = np.asarray(TR.quat_from_rpy(jnp.array(rpy)))
+    assert np.allclose(np.asarray(TR.quat_to_mat(q)), _rz(1.1) @ _ry(-0.2) @ _rx(0.3), atol=1e-6)
+    assert np.allclose(quat_to_rpy(q), rpy, atol=1e-6)
+    a, b = TR.quat_from_rpy(jnp.array([0.1, 0.5, -0.7])), TR.quat_from_rpy(jnp.array([-0.4, 0.2, 0.3]))
+    assert np.allclose(np.asarray(TR.quat_to_mat(TR.quat_mul(a, b))),
+                       np.asarray(TR.quat_to_mat(a)) @ np.asarray(TR.quat_to_mat(b)), atol=1e-6)
+
+
+def test_start_noise_within_beyondmimics_ranges():
+    """perturb_start over 512 draws: every component within START_NOISE * scale and reaching past 90 % of it,
+    the orientation turned in the world frame by at most the roll/pitch/yaw ranges, the joints clipped to their
+    range; scale 0 leaves the state as it is."""
+    from robots.physics import quat_to_rpy
+
+    nq, qadr = 36, np.arange(7, 36)
+    base_quat = np.asarray(TR.quat_from_rpy(jnp.array([0.2, 0.4, -1.0])))
+    qpos = jnp.concatenate([jnp.array([0.3, -0.2, 0.7]), base_quat, jnp.zeros(29)])
+    q_min, q_max = -0.05 * jnp.ones(29), 0.2 * jnp.ones(29)  # the joints start 0.05 from their lower limit
+    qvel = jnp.zeros(nq - 1)
+    keys = jax.random.split(jax.random.PRNGKey(0), 512)
+    draw = jax.vmap(lambda k, s: TR.perturb_start(k, qpos, qvel, s, qadr, q_min, q_max), (0, None))
+    for scale in (1.0, 2.0):
+        p, v = (np.asarray(x, float) for x in draw(keys, scale))
+        for name, got in (("pos", p[:, 0:3] - np.asarray(qpos[0:3])), ("lin_vel", v[:, 0:3]), ("ang_vel", v[:, 3:6])):
+            half = scale * np.asarray(TR.START_NOISE[name])
+            assert np.all(np.abs(got) <= half + 1e-6), name
+            assert np.all(np.abs(got).max(0) > 0.9 * half), name
+        delta = [quat_to_rpy(np.asarray(TR.quat_mul(jnp.asarray(x), jnp.asarray(base_quat * [1, -1, -1, -1]))))
+                 for x in p[:, 3:7]]  # the world-frame turn: new * old^-1
+        half = scale * np.asarray(TR.START_NOISE["rpy"])
+        assert np.all(np.abs(delta) <= half + 1e-5) and np.all(np.abs(delta).max(0) > 0.9 * half)
+        assert np.allclose(np.linalg.norm(p[:, 3:7], axis=1), 1.0, atol=1e-6)
+        dq = p[:, 7:]
+        assert dq.min() >= -0.05 - 1e-7 and dq.max() <= min(0.2, scale * 0.1) + 1e-6
+        assert np.isclose(dq, -0.05, rtol=0, atol=1e-7).any() and dq.max() > 0.9 * min(0.2, scale * 0.1)  # clipped below, reaching above
+    p0, v0 = TR.perturb_start(keys[0], qpos, qvel, 0.0, qadr, q_min, q_max)
+    assert np.allclose(np.asarray(p0), np.asarray(qpos), atol=1e-7) and not np.any(np.asarray(v0))
+    with pytest.raises(ValueError, match="start_noise"):
+        TR.TrackingConfig(start_noise=-1.0)
+
+
 def test_bins_and_windows():
     assert TR.num_bins(751, 0.02, 1.0) == 15 and TR.frames_per_bin(0.02, 1.0) == 50
     assert TR.num_bins(325, 0.02, 1.0) == 7
@@ -355,6 +407,39 @@ def test_tracking_env_smoke_and_observation_contract(tracking_env, tracking_comp
     # truncation at the window's end
     late = s.replace(end_step=s.step + 1)
     assert np.all(np.asarray(step(late, late.last_action).truncated))
+
+
+@pytest.mark.jax
+def test_noisy_starts_stay_above_the_floor_near_the_reference(tracking_env):
+    """start_noise 1 on box_lift, 16 drawn starts: C MuJoCo's kinematics of each start state puts no foot sphere
+    below the floor; the pelvis is within the x, y noise of the reference's state at its frame and never lower
+    than its z noise allows (only lifted); the joints moved from the reference's by at most 0.1 rad."""
+    import dataclasses
+
+    import mujoco
+
+    from motions import load_motion
+    from train.env import G1Env
+
+    cfg = tracking_env.cfg
+    env = G1Env(dataclasses.replace(cfg, tracking=dataclasses.replace(cfg.tracking, start_noise=1.0)),
+                load_motion("box_lift"))
+    s = jax.jit(env.reset_batch, static_argnums=1)(jax.random.PRNGKey(4), 16)
+    m, d = env.mj_model, mujoco.MjData(env.mj_model)
+    qpos, frames = np.asarray(s.data.qpos, float), np.asarray(s.step)
+    ref = np.asarray(env._start_qpos, float)[frames]
+    lowest = []
+    for x in qpos:
+        d.qpos[:] = x
+        mujoco.mj_kinematics(m, d)
+        lowest.append((d.geom_xpos[env.sphere_geoms, 2] - env.sphere_radius).min())
+    assert min(lowest) > -1e-5, lowest
+    assert np.all(np.abs(qpos[:, 0:2] - ref[:, 0:2]) <= 0.05 + 1e-6)
+    assert np.all(qpos[:, 2] - ref[:, 2] >= -0.01 - 1e-6)
+    assert np.any(qpos[:, 2] - ref[:, 2] > 0.01)  # tilted or bent into the floor: lifted beyond the z noise
+    dq = np.abs(qpos[:, env.qadr] - ref[:, env.qadr])
+    assert dq.max() <= 0.1 + 1e-5 and dq.max() > 0.05
+    assert np.all(np.isfinite(np.asarray(s.obs)))
 
 
 def _mat_quat(r):

@@ -308,6 +308,7 @@ class G1Env:
         self._kp = jnp.asarray(g1.KP, fdt)
         self._kd = jnp.asarray(g1.KD, fdt)
         self._lim = jnp.asarray(g1.TORQUE_LIMIT, fdt)
+        self._q_min, self._q_max = jnp.asarray(g1.JOINT_POS_MIN, fdt), jnp.asarray(g1.JOINT_POS_MAX, fdt)
         self._nominal = DR.nominal_params(m.nbody, cfg.foot_friction, self.timeconst, cfg.kappa,
                                           kp_centre=cfg.domain_rand.kp_centre)
         self.obs_specs = O.term_specs(tuple(cfg.obs_terms))
@@ -542,8 +543,9 @@ class G1Env:
         cfg.random_start a uniformly drawn frame of the first num_start_frames instead (its reference state,
         the previous action = the action commanding that frame's reference). The tracking task: a frame drawn
         from the adaptive sampler's probabilities for `start_counts` (n_bins,) (None: no failures yet, uniform),
-        in the reference's state there, the episode ending at the end of its window; `frame` (tracking only): that
-        frame instead of a drawn one."""
+        in the reference's state there (with cfg.tracking.start_noise: perturbed, train/tracking.py
+        perturb_start, then lifted so no foot sphere is below the floor), the episode ending at the end of its
+        window; `frame` (tracking only): that frame instead of a drawn one, in the reference's own state."""
         if frame is not None and not self.tracking:
             raise ValueError("reset(frame=...) starts a tracking episode at a frame; this env's task is not tracking")
         k_dr, k_state = jax.random.split(rng)  # as before random starts: random_start = 0 resets are unchanged
@@ -561,6 +563,12 @@ class G1Env:
             step = TR.sample_start(jax.random.fold_in(rng, 2), probs, self.per_bin, self.episode_length + 1) \
                 if frame is None else jnp.asarray(frame, jnp.int32)
             data = data.replace(qpos=self._start_qpos[step], qvel=self._start_qvel[step])
+            if frame is None and tc.start_noise > 0:
+                qpos, qvel = TR.perturb_start(jax.random.fold_in(rng, 3), data.qpos, data.qvel, tc.start_noise,
+                                              self.qadr, self._q_min, self._q_max)
+                bottom = self._kinematics(self.mx, data.replace(qpos=qpos)).geom_xpos[self.sphere_geoms, 2]
+                lift = jnp.maximum(0.0, -(bottom - self.sphere_radius).min())  # no foot sphere below the floor
+                data = data.replace(qpos=qpos.at[2].add(lift), qvel=qvel)
             data = self._kinematics(self.mx, data)
             last_action = self._ref_action[step]
             end_step = TR.window_end(step, self.episode_length + 1, self.window_steps)

@@ -46,6 +46,13 @@ lead-in to it is practised); normalised; mixed with the uniform distribution so 
 floor / n_bins (floor 0.1, BeyondMimic's adaptive_uniform_ratio). No failures yet: uniform. The start frame is
 uniform within the drawn bin, at most the clip's last frame - 1.
 
+Start states (`perturb_start`, `start_noise` times BeyondMimic's reset ranges, 0 by default): the reference's
+state at the drawn frame with uniform noise on the pelvis position (x, y 5 cm, z 1 cm), orientation (roll,
+pitch 0.1 rad, yaw 0.2 rad, applied in the world frame), linear velocity (x, y 0.5 m/s, z 0.2 m/s, world) and
+angular velocity (0.52, 0.52, 0.78 rad/s, in the pelvis frame: MuJoCo's free joint) and on every joint (0.1 rad,
+clipped to its range); the env then lifts the pelvis so no foot sphere starts below the floor. A start at a
+given frame (`G1Env.reset(frame=...)`: replays, evaluation) stays the reference's own state.
+
 Episodes are windows: an episode that starts at frame s ends (truncated, so SHAC bootstraps its value) at
 min(s + window_s / control_dt, T - 1), window_s = 2 s: a 15 s clip's 15 bins are all reached by a 32-env
 batch within a few SHAC iterations.
@@ -95,6 +102,7 @@ class TrackingConfig:
     kernel_lambda: float = 0.8
     uniform_floor: float = 0.1  # the uniform share of the start distribution
     count_alpha: float = 0.005  # per control step: the failure counts' moving-average rate
+    start_noise: float = 0.0  # multiplier of START_NOISE on a drawn start (1: BeyondMimic's ranges; 0: the reference's state)
 
     def __post_init__(self):
         for k in ("sigma_anchor_pos", "sigma_anchor_ori", "sigma_body_pos", "sigma_body_ori", "sigma_body_lin_vel",
@@ -103,6 +111,9 @@ class TrackingConfig:
             v = getattr(self, k)
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"env.tracking.{k}={v}: use a finite value > 0")
+        if not (math.isfinite(self.start_noise) and self.start_noise >= 0.0):
+            raise ValueError(f"env.tracking.start_noise={self.start_noise}: use a finite multiplier >= 0 (1: "
+                             "BeyondMimic's start ranges, train/tracking.py START_NOISE)")
         if not 0.0 <= self.uniform_floor <= 1.0:
             raise ValueError(f"env.tracking.uniform_floor={self.uniform_floor}: a share in [0, 1]")
         if not 0.0 < self.count_alpha <= 1.0:
@@ -151,6 +162,22 @@ def axis_angle(axis, angle):
     x, y, z = axis[0], axis[1], axis[2]
     k = jnp.array([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]], dtype=jnp.asarray(angle).dtype)
     return jnp.eye(3, dtype=k.dtype) + jnp.sin(angle) * k + (1 - jnp.cos(angle)) * (k @ k)
+
+
+def quat_mul(a, b):
+    """Hamilton product of w, x, y, z quaternions (a then b in the world frame: a * b rotates by b, then a)."""
+    aw, ax, ay, az = a[..., 0], a[..., 1], a[..., 2], a[..., 3]
+    bw, bx, by, bz = b[..., 0], b[..., 1], b[..., 2], b[..., 3]
+    return jnp.stack([aw * bw - ax * bx - ay * by - az * bz, aw * bx + ax * bw + ay * bz - az * by,
+                      aw * by - ax * bz + ay * bw + az * bx, aw * bz + ax * by - ay * bx + az * bw], -1)
+
+
+def quat_from_rpy(rpy):
+    """w, x, y, z of the rotation yaw(z) * pitch(y) * roll(x) for rpy = (roll, pitch, yaw)."""
+    half = 0.5 * jnp.asarray(rpy)
+    (cr, cp, cy), (sr, sp, sy) = jnp.cos(half), jnp.sin(half)
+    return jnp.stack([cr * cp * cy + sr * sp * sy, sr * cp * cy - cr * sp * sy,
+                      cr * sp * cy + sr * cp * sy, cr * cp * sy - sr * sp * cy])
 
 
 class Chain(NamedTuple):
@@ -280,6 +307,31 @@ def reward_terms(x: TrackingInputs, cfg: TrackingConfig) -> dict:
         "com_feet": exp_kernel(com_feet_sq(x.com, x.foot_center, x.ref_com, x.ref_foot_center, x.ref_contact),
                                cfg.sigma_com_feet),
     }
+
+
+# BeyondMimic's G1 reset ranges (whole_body_tracking's pose_range, velocity_range, joint_position_range): the
+# half-widths of uniform draws, times TrackingConfig.start_noise
+START_NOISE = {
+    "pos": (0.05, 0.05, 0.01),  # m, pelvis x, y, z (world)
+    "rpy": (0.1, 0.1, 0.2),  # rad, roll, pitch, yaw of a rotation applied in the world frame
+    "lin_vel": (0.5, 0.5, 0.2),  # m/s, pelvis (world)
+    "ang_vel": (0.52, 0.52, 0.78),  # rad/s, pelvis (pelvis frame, MuJoCo's free joint)
+    "joint_pos": 0.1,  # rad, every joint, then clipped to its range
+}
+
+
+def perturb_start(key, qpos, qvel, scale: float, qadr, q_min, q_max):
+    """One env's start state (qpos (nq,), qvel (nv,), a free joint first) with START_NOISE * scale drawn from key;
+    the joints (qpos[qadr]) clipped to [q_min, q_max]."""
+    k = jax.random.split(key, 5)
+    u = lambda key, half, n: scale * jnp.asarray(half, qpos.dtype) * jax.random.uniform(  # noqa: E731
+        key, (n,), qpos.dtype, -1.0, 1.0)
+    delta = quat_from_rpy(u(k[1], START_NOISE["rpy"], 3))
+    quat = quat_mul(delta, qpos[3:7])
+    q = jnp.clip(qpos[qadr] + u(k[4], START_NOISE["joint_pos"], len(qadr)), q_min, q_max)
+    qpos = qpos.at[0:3].add(u(k[0], START_NOISE["pos"], 3)).at[3:7].set(quat / jnp.linalg.norm(quat)).at[qadr].set(q)
+    qvel = qvel.at[0:3].add(u(k[2], START_NOISE["lin_vel"], 3)).at[3:6].add(u(k[3], START_NOISE["ang_vel"], 3))
+    return qpos, qvel
 
 
 def total_reward(terms: dict, weights: dict):
