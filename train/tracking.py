@@ -165,7 +165,7 @@ def axis_angle(axis, angle):
 
 
 def quat_mul(a, b):
-    """Hamilton product of w, x, y, z quaternions (a then b in the world frame: a * b rotates by b, then a)."""
+    """Hamilton product a * b of w, x, y, z quaternions: the rotation b, then a (a turns b in the world frame)."""
     aw, ax, ay, az = a[..., 0], a[..., 1], a[..., 2], a[..., 3]
     bw, bx, by, bz = b[..., 0], b[..., 1], b[..., 2], b[..., 3]
     return jnp.stack([aw * bw - ax * bx - ay * by - az * bz, aw * bx + ax * bw + ay * bz - az * by,
