@@ -36,6 +36,7 @@ import numpy as np
 from motions.clip_files import RawClip, read_clip_file
 from motions.motion import Motion, MotionError
 from robots import g1
+from robots.physics import quat_mul
 
 CONTACT_HEIGHT_M = 0.005  # a sole within this of the home stance height is on the floor
 QUAT_NORM_TOL = 1e-3
@@ -118,13 +119,6 @@ def resample(raw: RawClip, joints: np.ndarray, dt: float):
     lin = lambda a: a[i0] * (1 - s)[:, None] + a[i0 + 1] * s[:, None]  # noqa: E731
     q = raw.root_quat / np.linalg.norm(raw.root_quat, axis=1, keepdims=True)
     return t, lin(raw.root_pos), slerp(q[i0], q[i0 + 1], s), lin(joints)
-
-
-def quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    aw, ax, ay, az = np.moveaxis(a, -1, 0)
-    bw, bx, by, bz = np.moveaxis(b, -1, 0)
-    return np.stack([aw * bw - ax * bx - ay * by - az * bz, aw * bx + ax * bw + ay * bz - az * by,
-                     aw * by - ax * bz + ay * bw + az * bx, aw * bz + ax * by - ay * bx + az * bw], -1)
 
 
 def yaw_of(q: np.ndarray) -> float:

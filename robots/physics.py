@@ -36,6 +36,14 @@ def torque_speed_bounds(dq, tau_max, v_lim, tau_peak=None, xp=np):
     return (xp.clip(peak * (-1.0 - dq / v_lim), -tau_max, 0.0), xp.clip(peak * (1.0 - dq / v_lim), 0.0, tau_max))
 
 
+def quat_mul(a, b, xp=np):
+    """Hamilton product a * b of w, x, y, z quaternions: the rotation b, then a (a turns b in the world frame)."""
+    aw, ax, ay, az = a[..., 0], a[..., 1], a[..., 2], a[..., 3]
+    bw, bx, by, bz = b[..., 0], b[..., 1], b[..., 2], b[..., 3]
+    return xp.stack([aw * bw - ax * bx - ay * by - az * bz, aw * bx + ax * bw + ay * bz - az * by,
+                     aw * by - ax * bz + ay * bw + az * bx, aw * bz + ax * by - ay * bx + az * bw], -1)
+
+
 def quat_rotate_inverse(quat, v, xp=np):
     """Rotate world vector v into the frame of unit quaternion quat (w, x, y, z)."""
     w = quat[..., :1]

@@ -69,6 +69,7 @@ import numpy as np
 
 from policies import tracking as PT
 from policies.tracking import KEY_BODIES
+from robots.physics import quat_mul
 from train import rewards as R
 
 END_EFFECTORS = ("left_ankle_roll_link", "right_ankle_roll_link", "left_wrist_yaw_link", "right_wrist_yaw_link")
@@ -162,14 +163,6 @@ def axis_angle(axis, angle):
     x, y, z = axis[0], axis[1], axis[2]
     k = jnp.array([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]], dtype=jnp.asarray(angle).dtype)
     return jnp.eye(3, dtype=k.dtype) + jnp.sin(angle) * k + (1 - jnp.cos(angle)) * (k @ k)
-
-
-def quat_mul(a, b):
-    """Hamilton product a * b of w, x, y, z quaternions: the rotation b, then a (a turns b in the world frame)."""
-    aw, ax, ay, az = a[..., 0], a[..., 1], a[..., 2], a[..., 3]
-    bw, bx, by, bz = b[..., 0], b[..., 1], b[..., 2], b[..., 3]
-    return jnp.stack([aw * bw - ax * bx - ay * by - az * bz, aw * bx + ax * bw + ay * bz - az * by,
-                      aw * by - ax * bz + ay * bw + az * bx, aw * bz + ax * by - ay * bx + az * bw], -1)
 
 
 def quat_from_rpy(rpy):
@@ -327,7 +320,7 @@ def perturb_start(key, qpos, qvel, scale: float, qadr, q_min, q_max):
     u = lambda key, half, n: scale * jnp.asarray(half, qpos.dtype) * jax.random.uniform(  # noqa: E731
         key, (n,), qpos.dtype, -1.0, 1.0)
     delta = quat_from_rpy(u(k[1], START_NOISE["rpy"], 3))
-    quat = quat_mul(delta, qpos[3:7])
+    quat = quat_mul(delta, qpos[3:7], xp=jnp)
     q = jnp.clip(qpos[qadr] + u(k[4], START_NOISE["joint_pos"], len(qadr)), q_min, q_max)
     qpos = qpos.at[0:3].add(u(k[0], START_NOISE["pos"], 3)).at[3:7].set(quat / jnp.linalg.norm(quat)).at[qadr].set(q)
     qvel = qvel.at[0:3].add(u(k[2], START_NOISE["lin_vel"], 3)).at[3:6].add(u(k[3], START_NOISE["ang_vel"], 3))
