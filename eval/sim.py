@@ -29,7 +29,8 @@ class EvalSim:
     def __init__(self, setup: BridgeSetup | None = None):
         self.setup = setup = setup or BridgeSetup()  # nominal, a calibration's model or a hidden robot
         self.plant = Plant(PlantConfig(model=setup.model, band=BandConfig(enabled=False),
-                                       torque_speed_envelope=setup.torque_speed_envelope), setup.calibration)
+                                       torque_speed_envelope=setup.torque_speed_envelope), setup.calibration,
+                           record_floor_contacts=True)
         m = self.m = self.plant.model
         self.d = self.plant.data
         self._cmd_delay = setup.cmd_delay_s
@@ -43,7 +44,6 @@ class EvalSim:
         self.key_bodies = np.array([m.body(n).id for n in KEY_BODIES])
         self.nominal = dict(friction=m.geom_friction.copy(), mass=m.body_mass.copy(), inertia=m.body_inertia.copy())
         self.weight = float(m.body_subtreemass[0]) * GRAVITY
-        self._force = np.zeros(6)
         self._t0 = 0.0
 
     def randomise(self, rng: np.random.Generator, dr: DRConfig) -> dict:
@@ -142,38 +142,19 @@ class EvalSim:
         d, m = self.d, self.m
         return np.array([np.min(d.geom_xpos[s, 2] - m.geom_size[s, 0]) for s in self.soles])
 
-    def _on_floor(self) -> tuple[np.ndarray, np.ndarray]:
-        """(indices into d.contact, the robot's geom) of the robot-floor contacts now."""
-        c, n = self.d.contact, self.d.ncon
-        g1, g2 = np.asarray(c.geom1[:n]), np.asarray(c.geom2[:n])
-        idx = np.flatnonzero((g1 == self.floor) | (g2 == self.floor))
-        return idx, np.where(g1[idx] == self.floor, g2[idx], g1[idx])
-
     def floor_contacts(self) -> tuple[float, float, float]:
         """(max penetration m, total normal force N, sum over contacts of normal force x penetration
-        N m) over robot-floor contacts now; the last / the second is the load-weighted penetration."""
-        idx, _ = self._on_floor()
-        if len(idx) == 0:
+        N m) over the robot-floor contacts of the last physics step (plant.robot.FloorContacts: the contacts at
+        its start, the forces it applied); the last / the second is the load-weighted penetration."""
+        c = self.plant.floor_contacts
+        if c.geom.size == 0:
             return 0.0, 0.0, 0.0
-        dist = self.d.contact.dist
-        pen = float(max(0.0, -np.min(dist[idx])))
-        fz = fpen = 0.0
-        for i in idx:
-            mujoco.mj_contactForce(self.m, self.d, int(i), self._force)
-            fz += self._force[0]
-            fpen -= self._force[0] * dist[i]
-        return pen, fz, fpen
+        return float(max(0.0, -c.dist.min())), float(c.normal_force.sum()), float(-(c.normal_force * c.dist).sum())
 
     def sole_forces(self) -> np.ndarray:
-        """(2,) normal force of the floor on each foot's sole spheres now (N), left then right."""
-        owner = {int(g): f for f, geoms in enumerate(self.soles) for g in np.atleast_1d(geoms)}
-        out = np.zeros(len(self.soles))
-        for i, geom in zip(*self._on_floor()):
-            if int(geom) in owner:
-                mujoco.mj_contactForce(self.m, self.d, int(i), self._force)
-                out[owner[int(geom)]] += self._force[0]
-        return out
-
+        """(2,) normal force of the floor on each foot's sole spheres in the last physics step (N), left then right."""
+        c = self.plant.floor_contacts
+        return np.array([c.normal_force[np.isin(c.geom, np.atleast_1d(geoms))].sum() for geoms in self.soles])
 
 def reference_key_positions(sim: EvalSim, ref_q: np.ndarray, ref_base_pos: np.ndarray) -> np.ndarray:
     """(T, 5, 3) world positions of KEY_BODIES for the reference (pelvis upright at ref_base_pos)."""

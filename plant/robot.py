@@ -3,7 +3,10 @@
 Every physics step applies per motor tau = tau_ff + kp (q* - q) + kd (dq* - dq) from the drives' latest set-point
 (robots.physics.pd_torque), clipped to `g1.TORQUE_LIMIT` (a disabled motor, motor mode 0: no torque; before any
 set-point: zero torque). The IMU accelerometer is MuJoCo's from the previous physics step (1 ms old); everything
-else read between steps is of the same instant.
+else read between steps is of the same instant. The floor's contact forces (`record_floor_contacts`) are those the
+last step applied: MuJoCo's contact list and constraint forces agree only between mj_step2 and the next mj_step1,
+which rebuilds the contact list for the new positions and leaves the force array of the old one (read after it,
+mj_contactForce returns another contact's force, or bytes of another array, wherever the contact set changed).
 
 The elastic band (on at start-up unless disabled) is a spring-damper pulling the pelvis to (x0, y0, band height)
 plus a torsional spring keeping it upright: a harness to hang the robot from while a deploy loop blends to its
@@ -94,6 +97,20 @@ class SensorState:
 
 
 @dataclasses.dataclass(frozen=True)
+class FloorContacts:
+    """The robot-floor contacts of one physics step: the robot's geom, its distance to the floor at the step's start
+    (m, negative: penetration) and the floor's normal force on it during the step (N)."""
+
+    geom: np.ndarray
+    dist: np.ndarray
+    normal_force: np.ndarray
+
+    @classmethod
+    def none(cls) -> "FloorContacts":
+        return cls(np.zeros(0, int), np.zeros(0), np.zeros(0))
+
+
+@dataclasses.dataclass(frozen=True)
 class GroundTruth:
     tick: int
     sim_time: float
@@ -117,11 +134,17 @@ class Plant:
     set-point. Invariant between steps: position/velocity stages (kinematics, contacts, gyro) are computed for the
     current qpos/qvel (mj_step1 after every mj_step2), so the state read between steps is of one instant and PD uses
     exactly that state. `calibration`: a calibration mapping (robots.calibration.load) whose joint parameters are
-    applied to the compiled model.
+    applied to the compiled model. `record_floor_contacts`: keep each step's robot-floor contacts and forces in
+    `floor_contacts` (read between mj_step2 and mj_step1, where the two agree; off by default: the bridge's
+    real-time loop does not pay for it).
     """
 
-    def __init__(self, cfg: PlantConfig = PlantConfig(), calibration: Mapping | None = None):
+    def __init__(self, cfg: PlantConfig = PlantConfig(), calibration: Mapping | None = None,
+                 record_floor_contacts: bool = False):
         self.cfg = cfg
+        self.record_floor_contacts = record_floor_contacts
+        self.floor_contacts = FloorContacts.none()
+        self._force6 = np.zeros(6)
         spec = build_bridge_spec(cfg.model)
         _ensure_imu_sensors(spec)
         self.model = m = spec.compile()
@@ -168,6 +191,7 @@ class Plant:
         m, d = self.model, self.data
         mujoco.mj_resetDataKeyframe(m, d, self.home_key)
         mujoco.mj_forward(m, d)
+        self._record_floor_contacts()
         self.setpoint = None
         self.tau = np.zeros(g1.NUM_MOTORS)
         self.tau_demand = np.zeros(g1.NUM_MOTORS)
@@ -181,6 +205,7 @@ class Plant:
         self.reset(count=False)
         self.data.qpos[:], self.data.qvel[:] = qpos, qvel
         mujoco.mj_forward(self.model, self.data)
+        self._record_floor_contacts()
 
     def set_command(self, cmd: LowCmdArrays | None) -> None:
         """An accepted LowCmd becomes the drives' set-point (None: zero torque)."""
@@ -230,8 +255,23 @@ class Plant:
         d.ctrl[:] = self.tau
         d.xfrc_applied[self.base_body] = self._external_force()
         mujoco.mj_step2(m, d)
+        self._record_floor_contacts()
         self.steps += 1
         mujoco.mj_step1(m, d)
+
+    def _record_floor_contacts(self) -> None:
+        """Between mj_forward / mj_step2 and the next mj_step1: d.contact and the constraint forces agree."""
+        if not self.record_floor_contacts:
+            return
+        d, n = self.data, self.data.ncon
+        g1_, g2_ = np.asarray(d.contact.geom1[:n]), np.asarray(d.contact.geom2[:n])
+        idx = np.flatnonzero((g1_ == self.floor_geom) | (g2_ == self.floor_geom))
+        force = np.zeros(len(idx))
+        for j, i in enumerate(idx):
+            mujoco.mj_contactForce(self.model, d, int(i), self._force6)
+            force[j] = self._force6[0]
+        self.floor_contacts = FloorContacts(np.where(g1_[idx] == self.floor_geom, g2_[idx], g1_[idx]),
+                                            np.asarray(d.contact.dist[idx], float), force)
 
     # -- readouts
     def sensor_state(self) -> SensorState:
