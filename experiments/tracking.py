@@ -154,6 +154,16 @@ def our_training(folder: Path) -> dict:
                     + (f" x {envs} envs x {steps} steps" if envs and steps else "") + f", run {prov.get('run')}"}
 
 
+def dry_run(path: Path, start_frame: int, seconds: float) -> dict:
+    """The whole clip as `make deploy ROBOT=sim` runs it on the bridge (lead-in, the clip, lead-out, then HOLD),
+    run again when a host stall ended it (tracking_policies.run_deploy)."""
+    from experiments.tracking_policies import run_deploy
+
+    dry = run_deploy(path, (start_frame * 2 + int(round(seconds / g1.CONTROL_DT))) * g1.CONTROL_DT + 10.0)
+    return {k: dry.get(k) for k in ("fell", "final_state", "states_visited", "safety_events", "policy_s", "summary",
+                                    "error", "host_stalled", "stalled_attempts")}
+
+
 def measure(clip: str, policy: str, episodes: int, seed: int, artifact: Path | None = None,
             survival_episodes: int = 5) -> dict:
     ours_start, graph_start, seconds = segment(clip)
@@ -170,11 +180,7 @@ def measure(clip: str, policy: str, episodes: int, seed: int, artifact: Path | N
     whole = None
     if policy == "ours":  # the whole clip as the robot runs it: from standing, lead-in and lead-out, then HOLD
         w, w_out = evaluate_policy(path, EvalConfig(episodes=episodes, seed=seed), REPO / "runs" / "eval")
-        from experiments.tracking_policies import run_deploy
-
-        dry = run_deploy(path, (ours_start * 2 + int(round(seconds / g1.CONTROL_DT))) * g1.CONTROL_DT + 10.0)
-        whole = {"dry_run": {k: dry.get(k) for k in ("fell", "final_state", "states_visited", "safety_events",
-                                                      "policy_s", "summary", "error")},
+        whole = {"dry_run": dry_run(path, ours_start, seconds),
                  "falls": w["falls"], "episodes": w["episodes"], "stood_at_end": w["stood_at_end"],
                  "fell_at_s": [e["fell_at_s"] for e in w["per_episode"] if e["fell"]],
                  "body_pos_err_cm": (w["tracking"] or {}).get("body_pos_err_cm"),
@@ -367,6 +373,8 @@ def main(argv=None) -> int:
                     help="episodes per start second of the survival map (survival_by_second); 0: none")
     ap.add_argument("--survival-only", action="store_true",
                     help="only add the survival map to the existing row <clip>/<name or policy> (no other evaluation)")
+    ap.add_argument("--dry-run-only", action="store_true",
+                    help="only redo the dry run on the bridge of our existing row <clip>/<name> (no other evaluation)")
     args = ap.parse_args(argv)
     key = f"{args.clip}/{args.name or args.policy}"
     if args.refresh_training:
@@ -382,13 +390,18 @@ def main(argv=None) -> int:
         return 0
     if args.policy != "ours" and not of_holosomas_dance(args.clip):
         ap.error(f"holosoma's graphs track their own dance only: {args.clip} is not a window of it (e.g. --clip dance)")
-    if args.survival_only:
+    if args.survival_only or args.dry_run_only:
         results = json.loads(RESULTS.read_text())
         if key not in results["rows"]:
-            ap.error(f"no row {key} in {RESULTS}: measure it first (without --survival-only)")
+            ap.error(f"no row {key} in {RESULTS}: measure it first (without --survival-only / --dry-run-only)")
         row = results["rows"][key]
-        row["survival"] = survival_by_second(REPO / row["source"], row["start_frame"], row["seconds"],
-                                             args.survival_episodes, args.seed)
+        if args.survival_only:
+            row["survival"] = survival_by_second(REPO / row["source"], row["start_frame"], row["seconds"],
+                                                 args.survival_episodes, args.seed)
+        else:
+            if not row.get("whole_clip"):
+                ap.error(f"row {key} has no whole-clip run (the field's policies get no dry run here)")
+            row["whole_clip"]["dry_run"] = dry_run(REPO / row["source"], row["start_frame"], row["seconds"])
     else:
         row = measure(args.clip, args.policy, args.episodes, args.seed, args.artifact, args.survival_episodes)
     results = save_row(RESULTS, key, row, __doc__)

@@ -29,6 +29,7 @@ import numpy as np
 import yaml
 
 from experiments import holosoma_models
+from experiments.runs_common import host_stalled
 from policies.adapters import load_policy
 from policies.adapters.holosoma import BUILT_IN_WBT
 from robots.physics import tilt_angle
@@ -42,8 +43,22 @@ VARIANTS = {"uniform_action_scale_1": {"action_scales_by_effort_limit_over_p_gai
             "effort_rule": {"action_scales_by_effort_limit_over_p_gain": True, "policy_action_scale": 1.0}}
 
 
-def run_deploy(policy: Path, max_run_s: float) -> dict:
-    """One `make deploy ROBOT=sim POLICY=...` run; its summary.json (or why there is none)."""
+def run_deploy(policy: Path, max_run_s: float, attempts: int = 3) -> dict:
+    """`make deploy ROBOT=sim POLICY=...` until a run is not ended by a host stall (runs_common.HOST_STALL_KINDS:
+    the loop or the bridge stalled, not the robot), at most `attempts` runs; the last run's summary.json (or why
+    there is none), `host_stalled` and the summaries of the stalled runs before it."""
+    stalled: list[str] = []
+    for _ in range(max(1, attempts)):
+        res = _deploy_once(policy, max_run_s)
+        if not res.get("host_stalled"):
+            break
+        stalled.append(res["summary"])
+    if stalled and res.get("host_stalled"):
+        stalled.pop()  # the last run is the result itself
+    return {**res, "stalled_attempts": stalled}
+
+
+def _deploy_once(policy: Path, max_run_s: float) -> dict:
     cmd = ["make", "-s", "deploy", "ROBOT=sim", f"POLICY={policy}", f"ARGS=--max-run-s {max_run_s:g} --no-plot --quiet"]
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=max_run_s + 600)
     lines = [ln for ln in r.stdout.splitlines() if ln.strip().endswith("summary.json")]
@@ -55,6 +70,7 @@ def run_deploy(policy: Path, max_run_s: float) -> dict:
     return {"command": " ".join(cmd), "exit": r.returncode, "summary": str(path.relative_to(REPO)),
             "fell": s["fell"], "final_state": s["final_state"], "states_visited": s["states_visited"],
             "safety_events": [f"{e['kind']}: {e['detail']}"[:160] for e in s["safety_events"]],
+            "host_stalled": host_stalled(s),
             "deadline_misses": s["deadline_misses"], "compute_ms_p99": s["compute_ms_p99"],
             "policy_s": round(tr.get("policy_steps", 0) * 0.02, 2), "backend": s["policy"]["backend"],
             "source": s["policy"]["source"], "tracking": tr}

@@ -404,3 +404,28 @@ def test_tracking_policies_table_renders_each_run():
     assert lines[3].startswith("| m.onnx | make eval (C MuJoCo) | 4.2 | yes (4.2) | fell |")
     assert lines[4].startswith("| bad.onnx | make deploy ROBOT=sim | - | - | did not run: exit 2")
     assert lines[-1] == "| m.onnx | 6574 | 131.46 | 0.780 | 0.430 - 0.850 | 43.5 deg at 65.5 s |"
+
+
+@pytest.mark.parametrize("outcomes, runs, stalled", [
+    ([False], 1, 0),  # a clean run is the result
+    ([True, False], 2, 1),  # a host stall is run again; the clean run is the result, the stalled one listed
+    ([True, True, True], 3, 2),  # stalled every time: the last run is the result, marked, the two before listed
+])
+def test_a_dry_run_ended_by_a_host_stall_is_run_again(monkeypatch, outcomes, runs, stalled):
+    """run_deploy's retry rule over scripted outcomes of one deploy run (a host stall cannot be provoked on
+    demand; the real runs are make tracking's and make tracking-policies')."""
+    from experiments import tracking_policies as tp
+
+    calls = []
+
+    def once(policy, max_run_s):
+        calls.append(policy)
+        k = len(calls)
+        return {"summary": f"runs/deploy/{k}/summary.json", "host_stalled": outcomes[k - 1],
+                "final_state": "DAMPING" if outcomes[k - 1] else "HOLD"}
+
+    monkeypatch.setattr(tp, "_deploy_once", once)
+    res = tp.run_deploy(Path("p"), 10.0, attempts=3)
+    assert len(calls) == runs
+    assert res["summary"] == f"runs/deploy/{runs}/summary.json" and res["host_stalled"] == outcomes[-1]
+    assert res["stalled_attempts"] == [f"runs/deploy/{k}/summary.json" for k in range(1, stalled + 1)]
