@@ -156,6 +156,7 @@ class EvalSim:
         c = self.plant.floor_contacts
         return np.array([c.normal_force[np.isin(c.geom, np.atleast_1d(geoms))].sum() for geoms in self.soles])
 
+
 def reference_key_positions(sim: EvalSim, ref_q: np.ndarray, ref_base_pos: np.ndarray) -> np.ndarray:
     """(T, 5, 3) world positions of KEY_BODIES for the reference (pelvis upright at ref_base_pos)."""
     d = mujoco.MjData(sim.m)
