@@ -191,7 +191,7 @@ class Plant:
         m, d = self.model, self.data
         mujoco.mj_resetDataKeyframe(m, d, self.home_key)
         mujoco.mj_forward(m, d)
-        self._record_floor_contacts()
+        self._keep_floor_contacts()
         self.setpoint = None
         self.tau = np.zeros(g1.NUM_MOTORS)
         self.tau_demand = np.zeros(g1.NUM_MOTORS)
@@ -205,7 +205,7 @@ class Plant:
         self.reset(count=False)
         self.data.qpos[:], self.data.qvel[:] = qpos, qvel
         mujoco.mj_forward(self.model, self.data)
-        self._record_floor_contacts()
+        self._keep_floor_contacts()
 
     def set_command(self, cmd: LowCmdArrays | None) -> None:
         """An accepted LowCmd becomes the drives' set-point (None: zero torque)."""
@@ -255,11 +255,11 @@ class Plant:
         d.ctrl[:] = self.tau
         d.xfrc_applied[self.base_body] = self._external_force()
         mujoco.mj_step2(m, d)
-        self._record_floor_contacts()
+        self._keep_floor_contacts()
         self.steps += 1
         mujoco.mj_step1(m, d)
 
-    def _record_floor_contacts(self) -> None:
+    def _keep_floor_contacts(self) -> None:
         """Between mj_forward / mj_step2 and the next mj_step1: d.contact and the constraint forces agree."""
         if not self.record_floor_contacts:
             return
