@@ -11,7 +11,7 @@ import os
 import shlex
 import subprocess
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 # safety events that say the machine stalled (loop behind its deadline, no fresh LowState), not the robot: a dry
@@ -90,24 +90,37 @@ def dry_run_row(summary: Mapping, rc: int) -> dict:
             "estimator_base_height_rmse_m": summary.get("estimator_base_height_rmse_m")}
 
 
+def rerun_host_stalls(run_once: Callable[[], tuple[Mapping | None, Path | None, Any]],
+                      attempts: int) -> tuple[Any, list[dict]]:
+    """Call `run_once` -> (a deploy run's summary.json content or None, its path, the caller's result) until a run
+    is not ended by a host stall, at most `attempts` times. Returns the last run's result and the stalled runs,
+    each {"summary": path, "safety_events"} (the last run among them when it stalled too)."""
+    stalls: list[dict] = []
+    for attempt in range(1, max(1, attempts) + 1):
+        summary, path, result = run_once()
+        if summary is None or not host_stalled(summary):
+            break
+        events = [f"{e.get('kind')}: {e.get('detail')}" for e in summary.get("safety_events") or []]
+        stalls.append({"summary": rel(path), "safety_events": events})
+        print(f"    attempt {attempt}: the host stalled ({'; '.join(events)}), not the robot"
+              + ("; again" if attempt < attempts else "; giving up (row marked host_stalled, redone next run)"), flush=True)
+    return result, stalls
+
+
 def repeat_dry_run(cmd: list[str], out: Path, attempts: int, run: Callable[..., int],
                    error: type[Exception] = RuntimeError) -> dict:
     """Run the deploy command `cmd` (its --run-root is `out`) until a run is not ended by a host stall, at most
-    `attempts` times; `run(cmd, log, ok=...)` runs one (run_logged or a module's wrapper of it). Returns the
-    last run's dry_run_row plus its summary path, host_stalled and the stalled attempts."""
-    stalls: list[dict] = []
-    for attempt in range(1, max(1, attempts) + 1):
+    `attempts` times (rerun_host_stalls); `run(cmd, log, ok=...)` runs one (run_logged or a module's wrapper of
+    it). Returns the last run's dry_run_row plus its summary path, host_stalled and the stalled attempts."""
+
+    def once():
         before = set(out.glob("*/summary.json"))
         rc = run(cmd, out / "deploy.log", ok=(0, 1))  # 1: the run ended in DAMPING (a fall, a safety trip): a result
         new = sorted(set(out.glob("*/summary.json")) - before)
         if not new:
             raise error(f"deploy exited {rc} without a summary.json under {rel(out)}; see {rel(out / 'deploy.log')}")
         summary = json.loads(new[-1].read_text())
-        if not host_stalled(summary):
-            break
-        events = [f"{e.get('kind')}: {e.get('detail')}" for e in summary.get("safety_events") or []]
-        stalls.append({"summary": rel(new[-1]), "safety_events": events})
-        print(f"    attempt {attempt}: the host stalled ({'; '.join(events)}), not the robot"
-              + ("; again" if attempt < attempts else "; giving up (row marked host_stalled, redone next run)"), flush=True)
-    return {**dry_run_row(summary, rc), "summary": rel(new[-1]), "host_stalled": host_stalled(summary),
-            "host_stall_attempts": stalls}
+        return summary, new[-1], {**dry_run_row(summary, rc), "summary": rel(new[-1]), "host_stalled": host_stalled(summary)}
+
+    row, stalls = rerun_host_stalls(once, attempts)
+    return {**row, "host_stall_attempts": stalls}

@@ -29,7 +29,7 @@ import numpy as np
 import yaml
 
 from experiments import holosoma_models
-from experiments.runs_common import host_stalled
+from experiments.runs_common import host_stalled, rerun_host_stalls
 from policies.adapters import load_policy
 from policies.adapters.holosoma import BUILT_IN_WBT
 from robots.physics import tilt_angle
@@ -44,36 +44,30 @@ VARIANTS = {"uniform_action_scale_1": {"action_scales_by_effort_limit_over_p_gai
 
 
 def run_deploy(policy: Path, max_run_s: float, attempts: int = 3) -> dict:
-    """`make deploy ROBOT=sim POLICY=...` until a run is not ended by a host stall (runs_common.HOST_STALL_KINDS:
-    the loop or the bridge stalled, not the robot), at most `attempts` runs; the last run's summary.json (or why
-    there is none), `host_stalled` and the summaries of the stalled runs before it."""
-    stalled: list[str] = []
-    for _ in range(max(1, attempts)):
-        res = _deploy_once(policy, max_run_s)
-        if not res.get("host_stalled"):
-            break
-        stalled.append(res["summary"])
-    if stalled and res.get("host_stalled"):
-        stalled.pop()  # the last run is the result itself
-    return {**res, "stalled_attempts": stalled}
+    """`make deploy ROBOT=sim POLICY=...` until a run is not ended by a host stall (runs_common.rerun_host_stalls),
+    at most `attempts` runs; the last run's summary.json figures (or why there is none), `host_stalled` and the
+    summaries of the stalled runs before it."""
+    res, stalls = rerun_host_stalls(lambda: _deploy_once(policy, max_run_s), attempts)
+    return {**res, "stalled_attempts": [s["summary"] for s in stalls if s["summary"] != res.get("summary")]}
 
 
-def _deploy_once(policy: Path, max_run_s: float) -> dict:
+def _deploy_once(policy: Path, max_run_s: float) -> tuple[dict | None, Path | None, dict]:
     cmd = ["make", "-s", "deploy", "ROBOT=sim", f"POLICY={policy}", f"ARGS=--max-run-s {max_run_s:g} --no-plot --quiet"]
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=max_run_s + 600)
     lines = [ln for ln in r.stdout.splitlines() if ln.strip().endswith("summary.json")]
     path = Path(lines[-1].split()[-1]) if lines else None
     if path is None or not path.is_file():
-        return {"error": f"exit {r.returncode}: {(r.stderr or r.stdout).strip()[-400:]}", "command": " ".join(cmd)}
+        return None, None, {"error": f"exit {r.returncode}: {(r.stderr or r.stdout).strip()[-400:]}",
+                            "command": " ".join(cmd)}
     s = json.loads(path.read_text())
     tr = s.get("tracking") or {}
-    return {"command": " ".join(cmd), "exit": r.returncode, "summary": str(path.relative_to(REPO)),
-            "fell": s["fell"], "final_state": s["final_state"], "states_visited": s["states_visited"],
-            "safety_events": [f"{e['kind']}: {e['detail']}"[:160] for e in s["safety_events"]],
-            "host_stalled": host_stalled(s),
-            "deadline_misses": s["deadline_misses"], "compute_ms_p99": s["compute_ms_p99"],
-            "policy_s": round(tr.get("policy_steps", 0) * 0.02, 2), "backend": s["policy"]["backend"],
-            "source": s["policy"]["source"], "tracking": tr}
+    return s, path, {"command": " ".join(cmd), "exit": r.returncode, "summary": str(path.relative_to(REPO)),
+                     "fell": s["fell"], "final_state": s["final_state"], "states_visited": s["states_visited"],
+                     "safety_events": [f"{e['kind']}: {e['detail']}"[:160] for e in s["safety_events"]],
+                     "host_stalled": host_stalled(s),
+                     "deadline_misses": s["deadline_misses"], "compute_ms_p99": s["compute_ms_p99"],
+                     "policy_s": round(tr.get("policy_steps", 0) * 0.02, 2), "backend": s["policy"]["backend"],
+                     "source": s["policy"]["source"], "tracking": tr}
 
 
 def run_eval(policy: Path, duration_s: float) -> dict:

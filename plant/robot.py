@@ -263,15 +263,19 @@ class Plant:
         """Between mj_forward / mj_step2 and the next mj_step1: d.contact and the constraint forces agree."""
         if not self.record_floor_contacts:
             return
-        d, n = self.data, self.data.ncon
-        g1_, g2_ = np.asarray(d.contact.geom1[:n]), np.asarray(d.contact.geom2[:n])
-        idx = np.flatnonzero((g1_ == self.floor_geom) | (g2_ == self.floor_geom))
+        idx, geom = self._on_floor()
         force = np.zeros(len(idx))
         for j, i in enumerate(idx):
-            mujoco.mj_contactForce(self.model, d, int(i), self._force6)
+            mujoco.mj_contactForce(self.model, self.data, int(i), self._force6)
             force[j] = self._force6[0]
-        self.floor_contacts = FloorContacts(np.where(g1_[idx] == self.floor_geom, g2_[idx], g1_[idx]),
-                                            np.asarray(d.contact.dist[idx], float), force)
+        self.floor_contacts = FloorContacts(geom, np.asarray(self.data.contact.dist[idx], float), force)
+
+    def _on_floor(self) -> tuple[np.ndarray, np.ndarray]:
+        """(indices into d.contact, the robot's geom) of the robot-floor contacts in d.contact."""
+        d = self.data
+        geoms = np.asarray(d.contact.geom[: d.ncon]).reshape(-1, 2)
+        idx = np.flatnonzero((geoms == self.floor_geom).any(axis=1))
+        return idx, np.where(geoms[idx, 0] == self.floor_geom, geoms[idx, 1], geoms[idx, 0])
 
     # -- readouts
     def sensor_state(self) -> SensorState:
@@ -284,15 +288,8 @@ class Plant:
         )
 
     def foot_contacts(self) -> np.ndarray:
-        d = self.data
-        contact = np.zeros(2, dtype=bool)
-        if d.ncon:
-            geoms = d.contact.geom[: d.ncon]
-            with_floor = (geoms == self.floor_geom).any(axis=1)
-            feet = self.geom_foot[geoms]
-            for i in range(2):
-                contact[i] = bool((with_floor & (feet == i).any(axis=1)).any())
-        return contact
+        feet = self.geom_foot[self._on_floor()[1]]
+        return np.array([(feet == i).any() for i in range(2)])
 
     def ground_truth(self) -> GroundTruth:
         d = self.data

@@ -418,11 +418,13 @@ def test_a_dry_run_ended_by_a_host_stall_is_run_again(monkeypatch, outcomes, run
 
     calls = []
 
-    def once(policy, max_run_s):
+    def once(policy, max_run_s):  # (summary.json, its path, the row) as one real run gives them
         calls.append(policy)
-        k = len(calls)
-        return {"summary": f"runs/deploy/{k}/summary.json", "host_stalled": outcomes[k - 1],
-                "final_state": "DAMPING" if outcomes[k - 1] else "HOLD"}
+        k, stalled_k = len(calls), outcomes[len(calls) - 1]
+        events = [{"kind": "stale_state", "detail": "latest LowState is 101 ms old"}] if stalled_k else []
+        return ({"safety_events": events}, tp.REPO / f"runs/deploy/{k}/summary.json",
+                {"summary": f"runs/deploy/{k}/summary.json", "host_stalled": stalled_k,
+                 "final_state": "DAMPING" if stalled_k else "HOLD"})
 
     monkeypatch.setattr(tp, "_deploy_once", once)
     res = tp.run_deploy(Path("p"), 10.0, attempts=3)
