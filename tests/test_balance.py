@@ -108,21 +108,23 @@ def test_hovering_hand_values():
     assert B.hovering(h).tolist() == [[False, False], [True, False], [False, False], [False, False], [False, True]]
 
 
-@pytest.mark.network
-def test_preview_names_the_hovering_foot_of_the_calm_dance(capsys):
-    """dance_calm's standing part has the left sole 5-10 mm above the floor while the right stands (the clip is
-    built from holosoma-inference's wheel: skipped where PyPI cannot be reached); dance_calm_grounded, the same
-    with its feet put down (motions.windows.ground_feet), has no such stretch; its kicks are floating "flights",
-    which dance_calm_planted (motions.windows.plant) puts down, and dance_calm_steady balances with the COM over
-    the stance foot (motions.windows.balance_cop's com_margin_m)."""
-    from motions.__main__ import main
-
+def _calm_dance_or_skip():
     try:
         load_motion("dance_calm")
     except M.MotionError as e:
         if "cannot be downloaded" in str(e):
             pytest.skip(str(e))
         raise
+
+
+@pytest.mark.network
+def test_preview_names_the_hovering_foot_of_the_calm_dance(capsys):
+    """dance_calm's standing part has the left sole 5-10 mm above the floor while the right stands (the clip is
+    built from holosoma-inference's wheel: skipped where PyPI cannot be reached); dance_calm_grounded, the same
+    with its feet put down (motions.windows.ground_feet), has no such stretch; its kicks are floating "flights"."""
+    from motions.__main__ import main
+
+    _calm_dance_or_skip()
     assert main(["preview", "dance_calm", "--out", "/tmp/dance_calm_preview.png"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "left foot 3-20 mm" in x)
     share = int(line.split("stands: ")[1].split("%")[0])
@@ -131,9 +133,19 @@ def test_preview_names_the_hovering_foot_of_the_calm_dance(capsys):
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if "left foot 3-20 mm" in x)
     assert int(line.split("stands: ")[1].split("%")[0]) < 15 and "1.22" not in line
-    # its kicks float 6-12 mm up, labelled flights that the COM does not fall through; dance_calm_planted puts
-    # them down: no flight left
+    # its kicks float 6-12 mm up, labelled flights that the COM does not fall through
     assert "(15.08, 15.58)" in out and out.count("not a flight") >= 6
+
+
+@pytest.mark.network
+@pytest.mark.slow  # builds two clips by leg IK over every moved frame: 3-7 min from a cold motion cache
+def test_planted_and_steady_calm_dance_stand_their_kicks(capsys):
+    """dance_calm_planted (motions.windows.plant) puts the calm dance's floating kicks down: no flight left;
+    dance_calm_steady balances them with the COM over the stance foot (motions.windows.balance_cop's
+    com_margin_m)."""
+    from motions.__main__ import main
+
+    _calm_dance_or_skip()
     assert main(["preview", "dance_calm_planted", "--out", "/tmp/dance_calm_planted_preview.png"]) == 0
     assert "flight windows: []" in capsys.readouterr().out
     # the kicks' longest stance, on the left foot alone from 15.64 to 16.50 s: planted, its COM stands 4.7 cm
