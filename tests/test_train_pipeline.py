@@ -1,5 +1,6 @@
 """The whole pipeline: make train (a few iterations) -> export -> deploy's runner; and the
 observation contract between the MJX env and the deploy loop."""
+import copy
 import dataclasses
 import json
 from pathlib import Path
@@ -138,8 +139,20 @@ def test_ctrl_c_stops_after_the_iteration_and_saves(trained):
 
 @pytest.mark.jax
 def test_resume_continues_from_checkpoint(trained):
-    run, out, _ = trained
-    train_run(tiny(3), resume=str(run), export_dir=str(out), progress=False)
+    """The resumed run keeps the module run's compiled iteration (a run's iteration count is not in the program:
+    tracing it again costs a minute or two and yields the same one) under the resumed config's schedule."""
+    import train.pipeline as P
+
+    run, out, first = trained
+
+    def make_trainer(cfg, env):
+        trainer = copy.copy(first)
+        trainer.cfg = cfg.shac
+        return trainer
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(P, "make_trainer", make_trainer)
+        train_run(tiny(3), resume=str(run), export_dir=str(out), progress=False)
     lines = (run / "metrics.csv").read_text().strip().splitlines()
     assert len(lines) == 4 and lines[-1].split(",")[lines[0].split(",").index("iteration")] == "3"
     art = A.load_artifact(out)  # without --select-every: the final iteration's policy
