@@ -90,14 +90,16 @@ def holosoma_training(path: Path) -> dict:
 
 def changed_settings(cfg: dict) -> list[tuple[str, object]]:
     """(name, value) of what a run's config.yaml changed: tracking reward weights, other scalar tracking settings
-    (window_s, sigmas, ...) and SHAC settings against its preset's (the horizon among them; the number of
-    environments and of iterations left out)."""
+    (window_s, sigmas, ...), SHAC settings (the horizon among them; the number of environments and of iterations
+    left out) and the actor's hidden layers against its preset's."""
     tracking = cfg["env"].get("tracking") or {}
     out = [(k, v) for k, v in tracking.get("weights") or [] if v != DEFAULT_WEIGHTS.get(k)]
     default = dataclasses.asdict(TrackingConfig())
     out += [(k, v) for k, v in tracking.items() if k != "weights" and not isinstance(v, list) and v != default.get(k)]
     base = preset(cfg["preset"]).to_dict()
     out += [(k, v) for k, v in cfg["shac"].items() if k not in ("iterations", "num_envs") and v != base["shac"].get(k)]
+    hidden = (cfg.get("actor") or {}).get("hidden")
+    out += [("actor_hidden", hidden)] if hidden is not None and list(hidden) != list(base["actor"]["hidden"]) else []
     return out + contact_settings(cfg, base)
 
 

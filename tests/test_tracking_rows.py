@@ -46,6 +46,14 @@ def test_a_bundle_other_than_the_seeds_lists_its_changes():
     assert not [k for k, _ in changed_settings(other) if k.startswith("bcg.") or k.startswith("seed bundle")]
 
 
+def test_network_sizes_other_than_the_presets_are_named():
+    cfg = _jump_config()
+    assert "actor_hidden" not in dict(changed_settings(cfg)) and "critic_hidden" not in dict(changed_settings(cfg))
+    cfg["actor"]["hidden"], cfg["shac"]["critic_hidden"] = [512, 256, 128], [256, 256]
+    named = dict(changed_settings(cfg))
+    assert named["actor_hidden"] == [512, 256, 128] and named["critic_hidden"] == [256, 256]
+
+
 def _row(clip, policy, mean_s, err, samples):
     return {"clip": clip, "policy": policy, "seconds": 15.0, "falls": 20 if mean_s < 15 else 0, "episodes": 20,
             "mean_policy_s": mean_s, "body_pos_err_cm": err, "training": {"samples": samples, "wall_min": 10}}
