@@ -14,7 +14,7 @@ from robots.physics import GRAVITY
 
 # mocap clips that start and end mid-motion, not standing (and `dance` is built from a download): their checks
 # are tests/test_motion_windows.py's
-TRACKING_CLIPS = ("dance", "dance_in_limits", "dance_calm", "dance_calm_grounded", "dance_calm_balanced",
+TRACKING_CLIPS = ("dance", "dance_in_limits", "dance_calm", "dance_calm_grounded", "dance_calm_settled", "dance_calm_balanced",
                   "dance_calm_planted", "dance_calm_steady", "box_lift", "box_lift_grounded", "box_lift_balanced")
 ALL = [n for n in M.available_motions() if n not in TRACKING_CLIPS]
 G = GRAVITY

@@ -288,7 +288,7 @@ def test_config_derives_the_observation_and_round_trips():
 def test_recipes_train_the_clips_as_tracking():
     from train.cli import recipe
 
-    for motion in ("dance", "dance_in_limits", "dance_calm", "dance_calm_grounded", "dance_calm_balanced",
+    for motion in ("dance", "dance_in_limits", "dance_calm", "dance_calm_grounded", "dance_calm_settled", "dance_calm_balanced",
                    "dance_calm_planted", "dance_calm_steady", "box_lift", "box_lift_grounded", "box_lift_balanced"):
         assert "env.task=tracking" in recipe(motion)
 
