@@ -138,6 +138,52 @@ def test_ctrl_c_stops_after_the_iteration_and_saves(trained):
 
 
 @pytest.mark.jax
+def test_init_from_starts_a_new_run_from_another_runs_networks(trained, tmp_path):
+    """--init-from: the networks and observation statistics of the other run's checkpoint, fresh optimisers and
+    iteration count (the learning rate starts the new run's schedule), a new run folder, and the artifact's
+    provenance names the checkpoint; a run with other layer sizes is refused with what to change."""
+    import train.pipeline as P
+    from train.checkpoint import CheckpointError, load_checkpoint
+    from train.networks import init_actor
+    from train.trainer import _warm_start
+
+    run, _, first = trained
+    ck_path = run / "checkpoints" / "latest.npz"
+    ck = load_checkpoint(ck_path)
+    fresh = first.init(jax.random.PRNGKey(7))
+    ts = _warm_start(fresh, ck_path)
+    assert int(ts.iteration) == 0
+    for a, b in zip(jax.tree.leaves(ts.actor), jax.tree.leaves(load_checkpoint(ck_path, params_template=fresh.actor).params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(np.asarray(ts.obs_norm.mean), ck.obs_norm["mean"])
+    for a, b in zip(jax.tree.leaves(ts.actor_opt), jax.tree.leaves(fresh.actor_opt)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert any(np.any(np.asarray(a) != np.asarray(b)) for a, b in zip(jax.tree.leaves(ts.actor), jax.tree.leaves(fresh.actor)))
+
+    def reuse(cfg, env):
+        trainer = copy.copy(first)
+        trainer.cfg = cfg.shac
+        return trainer
+
+    out = tmp_path / "warm"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(P, "make_trainer", reuse)
+        new = train_run(tiny(2), run_root=tmp_path / "runs", init_from=str(run), export_dir=str(out), progress=False)
+    assert new != run and (new / "config.yaml").is_file()
+    lines = (new / "metrics.csv").read_text().strip().splitlines()
+    head = lines[0].split(",")
+    assert len(lines) == 3 and float(lines[1].split(",")[head.index("actor_lr")]) == pytest.approx(PRESETS["cpu"].shac.actor_lr)
+    prov = A.load_artifact(out).spec.provenance
+    assert prov["init_from_iteration"] == ck.step and prov["init_from"].endswith("checkpoints/latest.npz")
+
+    other = tiny(2).with_overrides({"actor": {"hidden": (8,)}}).actor  # one hidden layer as the run's, 8 wide
+    net = init_actor(jax.random.PRNGKey(0), int(np.shape(fresh.obs_norm.mean)[-1]), other)
+    smaller = fresh._replace(actor={**fresh.actor, "net": net} if "net" in fresh.actor else net)
+    with pytest.raises(CheckpointError, match="other layer sizes.*actor.hidden"):
+        _warm_start(smaller, ck_path)
+
+
+@pytest.mark.jax
 def test_resume_continues_from_checkpoint(trained):
     """The resumed run keeps the module run's compiled iteration (a run's iteration count is not in the program:
     tracing it again costs a minute or two and yields the same one) under the resumed config's schedule."""

@@ -79,6 +79,10 @@ def parser() -> argparse.ArgumentParser:
                     help="train for one calibrated robot (make train CALIB=...): its armature, damping, friction "
                          "loss in the model; randomisation centred on its kp scales and action delay (train/calibrated.py)")
     ap.add_argument("--resume", default=None, help="a run folder to continue from its latest checkpoint")
+    ap.add_argument("--init-from", default=None, metavar="RUN_OR_CHECKPOINT",
+                    help="start a new run from another run's networks and observation statistics (its latest "
+                         "checkpoint, or the .npz given): a warm start, e.g. a clip changed at its end trained on "
+                         "from the policy of the clip before; the same actor, critic and observation terms needed")
     ap.add_argument("--export-dir", default=None, help="where to export (default policies/g1/<motion>/)")
     ap.add_argument("--tag", default="", help="suffix of the run folder name")
     ap.add_argument("--time-budget-min", type=float, default=None,
@@ -144,8 +148,11 @@ def main(argv=None) -> int:
     command = shlex.join(["python", "-m", "train.cli"] + argv)
     if a.select_every < 0 or a.select_every % 25:
         ap.error(f"--select-every {a.select_every}: use a multiple of 25 (the checkpoint interval), or 0 for off")
+    if a.resume and a.init_from:
+        ap.error("--resume continues a run, --init-from starts a new one from another run's networks: give one")
     from motions import MotionError
     from robots.calibration import CalibrationFileError
+    from train.checkpoint import CheckpointError
     from train.pipeline import run
     from train.trainer import TrainingDiverged
 
@@ -157,11 +164,11 @@ def main(argv=None) -> int:
     except ValueError as e:
         ap.error(str(e))
     try:
-        run(cfg, resume=a.resume, export_dir=a.export_dir, tag=a.tag,
+        run(cfg, resume=a.resume, init_from=a.init_from, export_dir=a.export_dir, tag=a.tag,
             time_budget_s=None if a.time_budget_min is None else 60 * a.time_budget_min,
             select_every=a.select_every, select_episodes=a.select_episodes,
             command=command + (f" (recipe: {shlex.join(steps)})" if steps else ""))
-    except (MotionError, TrainingDiverged) as e:
+    except (MotionError, TrainingDiverged, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -7,7 +7,9 @@ checkpoints/latest.npz; the tracking task also sampler.csv and sampler.png: the 
 clip bin at every checkpoint), calls train.trainer.train with a progress bar, a metrics logger and
 a checkpoint saver as its callbacks, then exports policies/g1/<motion>/ (or `export_dir`)
 from the returned params with the same TrainConfig's actor. `resume=<run dir>` continues that
-run from its latest checkpoint with the config given (the run's config.yaml is kept).
+run from its latest checkpoint with the config given (the run's config.yaml is kept); `init_from=<run dir or
+checkpoint>` starts a new run from another run's networks and observation statistics (a warm start: e.g. a clip
+changed at its end, trained on from the policy of the clip before), which the artifact's provenance names.
 `select_every=N` exports and evaluates the policy every N iterations and exports the best of them and the
 final one instead of the final one (train/select.py).
 """
@@ -29,6 +31,7 @@ from train.trainer import make_trainer, resumable, train
 
 
 def run(cfg: TrainConfig, *, run_root: Path | None = None, resume: str | Path | None = None,
+        init_from: str | Path | None = None,
         export_dir: str | Path | None = None, checkpoint_every: int = 25, progress: bool = True, tag: str = "",
         time_budget_s: float | None = None, select_every: int = 0, select_episodes: int = 20,
         command: str | None = None) -> Path:
@@ -38,6 +41,13 @@ def run(cfg: TrainConfig, *, run_root: Path | None = None, resume: str | Path | 
 
     if select_every and select_every % checkpoint_every:
         raise ValueError(f"select_every ({select_every}) must be a multiple of the checkpoint interval ({checkpoint_every})")
+    if resume and init_from:
+        raise ValueError("resume continues a run, init_from starts a new one from another run's networks: give one")
+    warm = None
+    if init_from:
+        warm = Path(init_from)
+        warm = warm / "checkpoints" / "latest.npz" if warm.is_dir() else warm
+        warm_step = load_checkpoint(warm).step  # CheckpointError before anything is built when it is unreadable
     motion = load_motion(cfg.motion)
     env = G1Env(cfg.env, motion)
     trainer = make_trainer(cfg, env)
@@ -52,6 +62,9 @@ def run(cfg: TrainConfig, *, run_root: Path | None = None, resume: str | Path | 
     start = load_checkpoint(ck_latest).step if resume else 0
     if resume:
         print(f"resumed {run_dir} at iteration {start}")
+    if warm is not None:
+        print(f"starting from the networks of {warm} (iteration {warm_step})")
+    warm_prov = {} if warm is None else {"init_from": repo_relative(warm), "init_from_iteration": warm_step}
     print(f"training {motion.name} with {'SHAC+BCG' if cfg.bcg.enabled else 'plain SHAC'} ({cfg.preset} preset): "
           f"{s.num_envs} envs x {s.horizon} steps x {s.iterations} iterations on {jax.devices()}")
     print(f"run folder: {run_dir}  (first iteration compiles: about 1-5 min on CPU)")
@@ -69,7 +82,8 @@ def run(cfg: TrainConfig, *, run_root: Path | None = None, resume: str | Path | 
     def export_at(it: int, **extra):
         return lambda actor, obs_norm, out: export_policy(
             actor, cfg.actor, obs_norm, motion,
-            training_provenance(cfg, it, run_dir, wall_at.get(it), **({"command": command} if command else {}), **extra),
+            training_provenance(cfg, it, run_dir, wall_at.get(it), **({"command": command} if command else {}),
+                                **warm_prov, **extra),
             out_dir=out, obs_terms=cfg.obs_terms, anchor_body=cfg.env.tracking.anchor_body)
 
     def on_checkpoint(ts, it: int, m: dict) -> None:
@@ -88,7 +102,7 @@ def run(cfg: TrainConfig, *, run_root: Path | None = None, resume: str | Path | 
     t0 = time.time()
     try:
         params, metrics = train(cfg, env, progress_fn=on_progress, checkpoint_fn=on_checkpoint,
-                                checkpoint_every=checkpoint_every, restore_from=ck_latest if resume else None,
+                                checkpoint_every=checkpoint_every, restore_from=ck_latest if resume else None, init_from=warm,
                                 time_budget_s=time_budget_s, trainer=trainer)
     finally:
         bar.close()

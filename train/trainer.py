@@ -1,6 +1,6 @@
 """The training loop as a function, brax style: collaborators in, (params, metrics) out.
 
-    params, metrics = train(cfg, env, progress_fn=..., checkpoint_fn=..., restore_from=...)
+    params, metrics = train(cfg, env, progress_fn=..., checkpoint_fn=..., restore_from=... | init_from=...)
 
 - `cfg`: train.config.TrainConfig (shac, actor, bcg sections read here); `env`: a G1Env built
   from cfg.env and the motion. The loop knows no run folders: progress and checkpoints leave
@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from train.checkpoint import load_checkpoint
+from train.checkpoint import CheckpointError, load_checkpoint
 from train.networks import init_actor, make_actor_apply
 from train.rollout import rollout
 from train.shac import SHAC, ObsNorm, TrainState, env_sharding
@@ -101,14 +101,36 @@ class StopRequest:
             signal.signal(signal.SIGINT, self._prev)
 
 
+def _warm_start(ts: TrainState, path: Path) -> TrainState:
+    """The fresh state with another run's networks and observation statistics (its actor, critics, target
+    critics and normaliser); the optimisers' moments, the rng and the iteration count stay fresh, so the run
+    follows its own learning-rate schedule from iteration 0. CheckpointError when the networks differ."""
+    try:
+        ck = load_checkpoint(path, params_template=ts.actor, extra_template=resumable(ts))
+    except CheckpointError as e:
+        raise CheckpointError(f"--init-from {path}: {e}; start from a run with the same actor.hidden, "
+                              "shac.critic_hidden and shac.critic_ensemble") from e
+    mean = np.asarray(ck.obs_norm["mean"])
+    if mean.shape != np.shape(ts.obs_norm.mean):
+        raise CheckpointError(f"--init-from {path}: its observation has {mean.shape[-1]} entries, this run's "
+                              f"{np.shape(ts.obs_norm.mean)[-1]}: start from a run with the same observation terms")
+    for what, mine, theirs in (("actor", ts.actor, ck.params), ("critics", ts.critics, ck.extra["critics"])):
+        if [np.shape(a) for a in jax.tree.leaves(mine)] != [np.shape(b) for b in jax.tree.leaves(theirs)]:
+            raise CheckpointError(f"--init-from {path}: its {what} has other layer sizes than this run's: start from "
+                                  "a run with the same actor.hidden and shac.critic_hidden")
+    norm = ObsNorm(jnp.asarray(ck.obs_norm["count"], jnp.float32), jnp.asarray(mean), jnp.asarray(ck.obs_norm["var"]))
+    x = ck.extra
+    return ts._replace(actor=ck.params, critics=x["critics"], target_critics=x["target_critics"], obs_norm=norm)
+
+
 def _finite_tree(tree) -> bool:
     return all(bool(np.all(np.isfinite(np.asarray(x)))) for x in jax.tree.leaves(tree))
 
 
 def train(cfg, env, *, progress_fn: Callable[[int, dict], None] | None = None,
           checkpoint_fn: Callable[[TrainState, int, dict], None] | None = None, checkpoint_every: int = 25,
-          restore_from: str | Path | None = None, time_budget_s: float | None = None,
-          trainer: SHAC | None = None) -> tuple[PolicyParams, dict]:
+          restore_from: str | Path | None = None, init_from: str | Path | None = None,
+          time_budget_s: float | None = None, trainer: SHAC | None = None) -> tuple[PolicyParams, dict]:
     trainer = trainer or make_trainer(cfg, env)
     n_env, horizon, iterations = trainer.cfg.num_envs, trainer.cfg.horizon, trainer.cfg.iterations
     t0 = time.time()
@@ -117,6 +139,8 @@ def train(cfg, env, *, progress_fn: Callable[[int, dict], None] | None = None,
     if restore_from is not None:
         ts = trainer.match_iterate_types(_restore(ts, Path(restore_from)))
         start = int(ts.iteration)
+    elif init_from is not None:
+        ts = trainer.match_iterate_types(_warm_start(ts, Path(init_from)))
     bad, last, saved_at, stopped = 0, {}, start, ""
     ep_steps = ep_count = 0.0
     with StopRequest() as stop:
