@@ -148,12 +148,37 @@ def our_training(folder: Path) -> dict:
         terms = {k[len("r_track_"):]: round(sum(float(r[k]) for r in last) / len(last), 4)
                  for k in last[0] if k.startswith("r_track_")} if last else {}
         ends = termination_trend(rows)
-    return {"samples": it * envs * steps if envs and steps else None,
+    samples = it * envs * steps if envs and steps else None
+    warm = {}
+    if prov.get("init_from"):  # a warm start: the run it started from counts as training too
+        warm = warm_start_training(REPO / prov["init_from"], int(prov["init_from_iteration"]))
+        samples = samples + warm["samples"] if samples is not None and warm["samples"] is not None else None
+        wall = wall + warm["wall_s"] if wall and warm["wall_s"] else None
+        suffix += f"; from {warm['motion']}'s run at iteration {warm['iterations']}"
+    return {"samples": samples,
             "wall_min": round(wall / 60, 1) if wall else None, "reward_terms_last100": terms,
             "terminations_per_step": ends,
             "label": f"ours ({prov['algorithm']}, {prov.get('contact', '?')} contact{suffix})",
             "note": f"{prov['algorithm']}, {prov.get('contact', '?')} contact, {it} iterations"
-                    + (f" x {envs} envs x {steps} steps" if envs and steps else "") + f", run {prov.get('run')}"}
+                    + (f" x {envs} envs x {steps} steps" if envs and steps else "") + f", run {prov.get('run')}"
+                    + (f", started from {prov['init_from']} ({warm['iterations']} iterations, {warm['samples']} "
+                       "samples, counted in samples and wall time)" if warm else "")}
+
+
+def warm_start_training(checkpoint: Path, iterations: int) -> dict:
+    """What the run a warm start began from (`make train ARGS="--init-from RUN"`) had trained when its checkpoint
+    was written: its motion, iterations, samples (iterations x envs x steps) and wall time (its metrics.csv at that
+    iteration); None for what its run folder no longer holds."""
+    import csv
+
+    run = checkpoint.parent.parent  # <run>/checkpoints/<name>.npz
+    cfg = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").is_file() else None
+    wall = None
+    if (run / "metrics.csv").is_file():
+        rows = [r for r in csv.DictReader(open(run / "metrics.csv")) if int(float(r["iteration"])) == iterations]
+        wall = float(rows[-1]["wall_s"]) if rows else None
+    return {"motion": cfg["motion"] if cfg else "?", "iterations": iterations, "wall_s": wall,
+            "samples": iterations * cfg["shac"]["num_envs"] * cfg["shac"]["horizon"] if cfg else None}
 
 
 def dry_run(path: Path, start_frame: int, seconds: float) -> dict:

@@ -74,3 +74,21 @@ def test_the_summary_keeps_the_fields_policies_and_our_furthest_recipe_with_ever
     lines = render_tracking_summary({"rows": rows}).splitlines()[2:]
     assert [ln.split(" | ")[1] for ln in lines] == ["holosoma PPO", "ours two", "ours two", "ours four"]
     assert "| 9.70 | 2.8 |" in lines[1] and "| 11.00 | 3.0 |" in lines[2]
+
+
+def test_a_warm_starts_row_counts_the_run_it_began_from(tmp_path):
+    """experiments.tracking.warm_start_training: the parent run's samples (iterations x envs x steps, from its
+    config.yaml) and its wall time at the checkpoint's iteration (its metrics.csv), nothing invented when the
+    folder is gone."""
+    from experiments.tracking import warm_start_training
+
+    run = tmp_path / "parent"
+    (run / "checkpoints").mkdir(parents=True)
+    cfg = _jump_config()
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (run / "metrics.csv").write_text("reward,iteration,wall_s\n0.1,1,10.5\n0.2,2,21.0\n0.3,3,31.5\n")
+    got = warm_start_training(run / "checkpoints" / "latest.npz", 2)
+    assert got == {"motion": cfg["motion"], "iterations": 2, "wall_s": 21.0,
+                   "samples": 2 * cfg["shac"]["num_envs"] * cfg["shac"]["horizon"]}
+    gone = warm_start_training(tmp_path / "nowhere" / "checkpoints" / "latest.npz", 2)
+    assert gone["samples"] is None and gone["wall_s"] is None
