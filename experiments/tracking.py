@@ -144,6 +144,9 @@ def our_training(folder: Path) -> dict:
         import csv
 
         rows = list(csv.DictReader(open(run / "metrics.csv")))
+        wall = training_wall_s(rows, it) or wall  # a resumed run's sessions added up
+        if any(float(b["wall_s"]) < float(a["wall_s"]) for a, b in zip(rows, rows[1:]) if int(float(b["iteration"])) <= it):
+            suffix += f"; resumed, {it} iterations"
         last = rows[-100:]
         terms = {k[len("r_track_"):]: round(sum(float(r[k]) for r in last) / len(last), 4)
                  for k in last[0] if k.startswith("r_track_")} if last else {}
@@ -165,6 +168,20 @@ def our_training(folder: Path) -> dict:
                        "samples, counted in samples and wall time)" if warm else "")}
 
 
+def training_wall_s(rows: list[dict], iteration: int) -> float | None:
+    """Wall time (s) a run took to reach `iteration` from its metrics.csv rows: `wall_s` counts from the start of
+    each session, so a resumed run's (`--resume`) sessions are added up; None when the log does not reach it."""
+    total, last, reached = 0.0, 0.0, False
+    for r in rows:
+        if int(float(r["iteration"])) > iteration:
+            break
+        w = float(r["wall_s"])
+        if w < last:  # a new session began
+            total += last
+        last, reached = w, int(float(r["iteration"])) == iteration
+    return total + last if reached else None
+
+
 def warm_start_training(checkpoint: Path, iterations: int) -> dict:
     """What the run a warm start began from (`make train ARGS="--init-from RUN"`) had trained when its checkpoint
     was written: its motion, iterations, samples (iterations x envs x steps) and wall time (its metrics.csv at that
@@ -175,8 +192,7 @@ def warm_start_training(checkpoint: Path, iterations: int) -> dict:
     cfg = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").is_file() else None
     wall = None
     if (run / "metrics.csv").is_file():
-        rows = [r for r in csv.DictReader(open(run / "metrics.csv")) if int(float(r["iteration"])) == iterations]
-        wall = float(rows[-1]["wall_s"]) if rows else None
+        wall = training_wall_s(list(csv.DictReader(open(run / "metrics.csv"))), iterations)
     return {"motion": cfg["motion"] if cfg else "?", "iterations": iterations, "wall_s": wall,
             "samples": iterations * cfg["shac"]["num_envs"] * cfg["shac"]["horizon"] if cfg else None}
 
