@@ -144,8 +144,9 @@ def our_training(folder: Path) -> dict:
         import csv
 
         rows = list(csv.DictReader(open(run / "metrics.csv")))
-        wall = training_wall_s(rows, it) or wall  # a resumed run's sessions added up
-        if any(float(b["wall_s"]) < float(a["wall_s"]) for a, b in zip(rows, rows[1:]) if int(float(b["iteration"])) <= it):
+        sessions = training_sessions_s(rows, it)
+        wall = sum(sessions) if sessions else wall  # a resumed run's sessions added up
+        if sessions and len(sessions) > 1:
             suffix += f"; resumed, {it} iterations"
         last = rows[-100:]
         terms = {k[len("r_track_"):]: round(sum(float(r[k]) for r in last) / len(last), 4)
@@ -168,18 +169,18 @@ def our_training(folder: Path) -> dict:
                        "samples, counted in samples and wall time)" if warm else "")}
 
 
-def training_wall_s(rows: list[dict], iteration: int) -> float | None:
-    """Wall time (s) a run took to reach `iteration` from its metrics.csv rows: `wall_s` counts from the start of
-    each session, so a resumed run's (`--resume`) sessions are added up; None when the log does not reach it."""
-    total, last, reached = 0.0, 0.0, False
+def training_sessions_s(rows: list[dict], iteration: int) -> list[float] | None:
+    """The wall time (s) of each session of a run up to `iteration`, from its metrics.csv rows (`wall_s` counts from
+    the start of a session: a resumed run, `--resume`, has more than one); None when the log does not reach it."""
+    done, last, reached = [], 0.0, False
     for r in rows:
         if int(float(r["iteration"])) > iteration:
             break
         w = float(r["wall_s"])
         if w < last:  # a new session began
-            total += last
+            done.append(last)
         last, reached = w, int(float(r["iteration"])) == iteration
-    return total + last if reached else None
+    return done + [last] if reached else None
 
 
 def warm_start_training(checkpoint: Path, iterations: int) -> dict:
@@ -192,7 +193,8 @@ def warm_start_training(checkpoint: Path, iterations: int) -> dict:
     cfg = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").is_file() else None
     wall = None
     if (run / "metrics.csv").is_file():
-        wall = training_wall_s(list(csv.DictReader(open(run / "metrics.csv"))), iterations)
+        sessions = training_sessions_s(list(csv.DictReader(open(run / "metrics.csv"))), iterations)
+        wall = sum(sessions) if sessions else None
     return {"motion": cfg["motion"] if cfg else "?", "iterations": iterations, "wall_s": wall,
             "samples": iterations * cfg["shac"]["num_envs"] * cfg["shac"]["horizon"] if cfg else None}
 

@@ -94,10 +94,10 @@ def test_a_warm_starts_row_counts_the_run_it_began_from(tmp_path):
     assert gone["samples"] is None and gone["wall_s"] is None
 
 
-def test_a_resumed_runs_wall_time_adds_its_sessions():
-    from experiments.tracking import training_wall_s
+def test_a_resumed_runs_sessions_are_found_in_its_metrics():
+    from experiments.tracking import training_sessions_s
 
     rows = [{"iteration": i, "wall_s": w} for i, w in ((1, 5.0), (2, 10.0), (3, 2.0), (4, 4.0), (5, 6.0))]
-    assert training_wall_s(rows, 2) == 10.0
-    assert training_wall_s(rows, 4) == 14.0  # resumed after iteration 2: 10 s + 4 s
-    assert training_wall_s(rows, 6) is None
+    assert training_sessions_s(rows, 2) == [10.0]
+    assert training_sessions_s(rows, 4) == [10.0, 4.0]  # resumed after iteration 2
+    assert training_sessions_s(rows, 6) is None
