@@ -30,7 +30,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
 import yaml
@@ -47,6 +47,9 @@ class Window(pydantic.BaseModel, extra="forbid"):
     frames: int = pydantic.Field(ge=2)
     lead_in_s: float = pydantic.Field(0.0, ge=0.0, le=10.0)  # s from standing to the first frame (0: none)
     lead_out_s: float = pydantic.Field(0.0, ge=0.0, le=10.0)  # s from the last frame back to standing (0: none)
+    # where the lead-out's standing pose stands (motions.windows.lead_out): "pelvis" under the last frame's pelvis
+    # and at its heading, "feet" on the last frame's feet (a pelvis twisted against them turns back on them)
+    lead_out_stance: Literal["pelvis", "feet"] = "pelvis"
     # mm (full, blend): feet up to `full` above the floor put down on it, blended to untouched at `blend`
     # (motions.windows.ground_feet); none: the retargeted feet as they are
     ground_feet_mm: tuple[float, float] | None = None
@@ -194,7 +197,7 @@ def _build(src: ClipSource, out: Path, cache: Path) -> None:
     if src.window.lead_in_s > 0:
         arrays = lead_in(arrays, src.window.lead_in_s)
     if src.window.lead_out_s > 0:
-        arrays = lead_out(arrays, src.window.lead_out_s)
+        arrays = lead_out(arrays, src.window.lead_out_s, stance=src.window.lead_out_stance)
     write_clip_arrays(out, arrays, note={"source": src.package, "member": src.member, **src.window.model_dump(),
                                          **arrays.get("ground_feet", {}), **arrays.get("plant", {}),
                                          **arrays.get("balance_com", {}),

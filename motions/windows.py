@@ -215,14 +215,21 @@ def cut(arrays: dict, start: int, frames: int) -> dict:
     return {**arrays, "joint_pos": arrays["joint_pos"][sl].copy(), "joint_vel": arrays["joint_vel"][sl].copy()}
 
 
-def lead_in(arrays: dict, seconds: float, hold_s: float = 0.5) -> dict:
+def lead_in(arrays: dict, seconds: float, hold_s: float = 0.5, stance: str = "pelvis") -> dict:
     """The clip with `seconds` of made-up frames before it that bring the robot from standing to its first
     frame, so a policy can start it from the deploy loop's HOLD: `hold_s` in the home pose (robots/g1.py's
     default joints, the pelvis upright at the first frame's heading and x, y, its height such that the
     lowest sole stands where the first frame's does), then a smoothstep blend (3u^2 - 2u^3) of the
     joints and pelvis position and a slerp of the pelvis orientation to the first frame. The lead-in's
-    velocities are central differences; the clip's own frames keep theirs."""
+    velocities are central differences; the clip's own frames keep theirs.
+
+    stance="feet": the home pose stands on the first frame's feet instead: its heading square to the line
+    between them and its x, y over their midpoint, so that a first frame whose hips are twisted against its
+    feet is reached by turning the pelvis on them, not by sliding the feet across the floor."""
     from motions.clips import slerp, sole_heights_and_ankles, yaw_of
+
+    if stance not in ("pelvis", "feet"):
+        raise MotionError(f"lead-in stance {stance!r}: use 'pelvis' or 'feet'")
 
     fps = float(arrays["fps"])
     n_hold, n_blend = int(round(hold_s * fps)), int(round((seconds - hold_s) * fps))
@@ -235,9 +242,20 @@ def lead_in(arrays: dict, seconds: float, hold_s: float = 0.5) -> dict:
     quat0 = np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])
     quat0 = -quat0 if quat0 @ quat1 < 0 else quat0  # the blend ends on the first frame's own quaternion
     q0 = np.asarray(g1.DEFAULT_JOINT_POS, float)
+    xy0 = pos1[:2]
+    if stance == "feet":
+        from motions.balance import sole_points
+
+        feet1 = sole_points(pos1[None], quat1[None], q1[None])[0].mean(axis=1)  # (2, 3): left, right
+        left = feet1[0, :2] - feet1[1, :2]  # the home pose's left foot is at +y of its heading
+        yaw = float(np.arctan2(left[1], left[0])) - np.pi / 2
+        quat0 = np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])
+        quat0 = -quat0 if quat0 @ quat1 < 0 else quat0
+        home = sole_points(np.array([[0.0, 0.0, pos1[2]]]), quat0[None], q0[None])[0].mean(axis=1)
+        xy0 = feet1[:, :2].mean(axis=0) - home[:, :2].mean(axis=0)  # the home feet's midpoint on the clip's
     low1 = sole_heights_and_ankles(pos1[None], quat1[None], q1[None])[0].min()
-    low0 = sole_heights_and_ankles(pos1[None], quat0[None], q0[None])[0].min()
-    pos0 = pos1 + [0.0, 0.0, low1 - low0]
+    low0 = sole_heights_and_ankles(np.r_[xy0, pos1[2]][None], quat0[None], q0[None])[0].min()
+    pos0 = np.r_[xy0, pos1[2] + low1 - low0]
     u = np.concatenate([np.zeros(n_hold), np.arange(n_blend) / n_blend])
     s = 3 * u ** 2 - 2 * u ** 3
     n = len(u)
@@ -703,11 +721,12 @@ def _inside(b: dict, key: str = "cop_margin") -> float:
     return round(float(np.mean(cm > 0)), 3) if len(cm) else 1.0
 
 
-def lead_out(arrays: dict, seconds: float, hold_s: float = 0.5) -> dict:
+def lead_out(arrays: dict, seconds: float, hold_s: float = 0.5, stance: str = "pelvis") -> dict:
     """The clip with `seconds` of made-up frames after it back to standing: `lead_in` of the clip played
-    backwards, played forwards (its velocities' signs turned back), ending in `hold_s` of the home pose."""
+    backwards, played forwards (its velocities' signs turned back), ending in `hold_s` of the home pose
+    (`stance`: lead_in's, "feet" to stand on the last frame's feet)."""
     rev = {**arrays, "joint_pos": np.asarray(arrays["joint_pos"])[::-1], "joint_vel": np.asarray(arrays["joint_vel"])[::-1]}
-    b = lead_in(rev, seconds, hold_s)
+    b = lead_in(rev, seconds, hold_s, stance)
     n = b["joint_pos"].shape[0] - rev["joint_pos"].shape[0]
     jv = b["joint_vel"][::-1].copy()
     jv[-n:] *= -1.0  # central differences taken backwards in time
