@@ -179,6 +179,35 @@ def test_lead_in_from_standing_to_the_first_frame():
     np.testing.assert_allclose(c["joint_pos"][-1, 7:], g1.DEFAULT_JOINT_POS)
 
 
+
+def test_lead_out_on_the_feet_turns_the_pelvis_back_over_them():
+    """stance="feet": the home pose the lead-out ends in stands on the last frame's feet (their midpoint, the
+    line between them), where the default stance's stands under the pelvis and slides a twisted pair of feet."""
+    from motions.balance import sole_points
+
+    a = _still(30)
+    yaw = 0.8
+    a["joint_pos"][:, 0:2] = [0.3, -0.2]
+    a["joint_pos"][:, 3:7] = [math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)]
+    hips = [g1.JOINT_NAMES.index(n) for n in ("left_hip_yaw_joint", "right_hip_yaw_joint")]
+    a["joint_pos"][:, 7 + np.array(hips)] = 0.4  # the hips twisted 0.4 rad against the feet
+
+    def feet(jp):  # (2, 2): left, right foot centres on the floor
+        return sole_points(jp[None, 0:3], jp[None, 3:7], jp[None, 7:])[0].mean(axis=1)[:, :2]
+
+    last = feet(a["joint_pos"][-1])
+    on_feet = W.lead_out(a, 1.0, hold_s=0.2, stance="feet")["joint_pos"]
+    end = feet(on_feet[-1])
+    np.testing.assert_allclose(end.mean(axis=0), last.mean(axis=0), atol=1e-9)
+    d0, d1 = last[0] - last[1], end[0] - end[1]
+    assert math.atan2(d1[1], d1[0]) == pytest.approx(math.atan2(d0[1], d0[0]), abs=1e-9)
+    np.testing.assert_allclose(on_feet[-1, 7:], g1.DEFAULT_JOINT_POS)
+    slide = np.linalg.norm(end - last, axis=1)
+    under_pelvis = np.linalg.norm(feet(W.lead_out(a, 1.0, hold_s=0.2)["joint_pos"][-1]) - last, axis=1)
+    assert slide.max() < 1e-3 and under_pelvis.min() > 0.05  # measured: 0.16 mm against 7.7 cm
+    with pytest.raises(M.MotionError, match="stance"):
+        W.lead_out(a, 1.0, hold_s=0.2, stance="hands")
+
 def test_box_lift_clip_file():
     """holosoma 0.0.3's sub3_largebox_003_mj.npz in this library's layout: 325 frames at 50 Hz (6.48 s)."""
     with np.load(M.MOTIONS_DIR / "box_lift.npz") as f:
