@@ -12,7 +12,8 @@ clip (motions.clips). Used where the file's licence does not let the repository 
     window: {start_frame: 3617, frames: 751, lead_in_s: 2.0, lead_out_s: 2.0}   # 50 Hz; motions.windows.lead_in / lead_out
     # optional in window: ground_feet_mm: [20, 40] (motions.windows.ground_feet), plant_mm: [15, 30] (plant),
     # com_margin_mm: 20 (balance_com), cop_margin_mm: 10 (balance_cop; with cop_com_margin_mm: 0 its COM inside the
-    # feet too), applied in that order before the lead-in and lead-out
+    # feet too), applied in that order before the lead-in and lead-out; lead_out_stance: feet (the lead-out's
+    # standing pose on the last frame's feet, not under its pelvis)
     selection: {...}                            # how the window was chosen (motions.windows.Window.record)
     description: one line
 
