@@ -152,7 +152,7 @@ def our_training(folder: Path) -> dict:
         terms = {k[len("r_track_"):]: round(sum(float(r[k]) for r in last) / len(last), 4)
                  for k in last[0] if k.startswith("r_track_")} if last else {}
         ends = termination_trend(rows)
-    samples = it * envs * steps if envs and steps else None
+    samples = _samples(it, cfg) if envs and steps else None
     warm = {}
     if prov.get("init_from"):  # a warm start: the run it started from counts as training too
         warm = warm_start_training(REPO / prov["init_from"], int(prov["init_from_iteration"]))
@@ -196,7 +196,12 @@ def warm_start_training(checkpoint: Path, iterations: int) -> dict:
         sessions = training_sessions_s(list(csv.DictReader(open(run / "metrics.csv"))), iterations)
         wall = sum(sessions) if sessions else None
     return {"motion": cfg["motion"] if cfg else "?", "iterations": iterations, "wall_s": wall,
-            "samples": iterations * cfg["shac"]["num_envs"] * cfg["shac"]["horizon"] if cfg else None}
+            "samples": _samples(iterations, cfg) if cfg else None}
+
+
+def _samples(iterations: int, cfg: dict) -> int:
+    """Environment steps a run's `iterations` took (its config.yaml as a dict): iterations x envs x steps."""
+    return iterations * cfg["shac"]["num_envs"] * cfg["shac"]["horizon"]
 
 
 def dry_run(path: Path, start_frame: int, seconds: float) -> dict:

@@ -67,14 +67,19 @@ def resumable(ts: TrainState) -> dict:
             "critic_opt": ts.critic_opt, "rng": ts.rng}
 
 
-def _restore(ts: TrainState, path: Path) -> TrainState:
-    ck = load_checkpoint(path, params_template=ts.actor, extra_template=resumable(ts))
+def _with_networks(ts: TrainState, ck) -> TrainState:
+    """The state with a checkpoint's actor, critics, target critics and observation statistics."""
     norm = ObsNorm(jnp.asarray(ck.obs_norm["count"], jnp.float32), jnp.asarray(ck.obs_norm["mean"]),
                    jnp.asarray(ck.obs_norm["var"]))
     x = ck.extra
-    return ts._replace(actor=ck.params, critics=x["critics"], target_critics=x["target_critics"],
-                       actor_opt=x["actor_opt"], critic_opt=x["critic_opt"], rng=x["rng"], obs_norm=norm,
-                       iteration=jnp.asarray(ck.step))
+    return ts._replace(actor=ck.params, critics=x["critics"], target_critics=x["target_critics"], obs_norm=norm)
+
+
+def _restore(ts: TrainState, path: Path) -> TrainState:
+    ck = load_checkpoint(path, params_template=ts.actor, extra_template=resumable(ts))
+    x = ck.extra
+    return _with_networks(ts, ck)._replace(actor_opt=x["actor_opt"], critic_opt=x["critic_opt"], rng=x["rng"],
+                                           iteration=jnp.asarray(ck.step))
 
 
 class StopRequest:
@@ -118,9 +123,7 @@ def _warm_start(ts: TrainState, path: Path) -> TrainState:
         if [np.shape(a) for a in jax.tree.leaves(mine)] != [np.shape(b) for b in jax.tree.leaves(theirs)]:
             raise CheckpointError(f"--init-from {path}: its {what} has other layer sizes than this run's: start from "
                                   "a run with the same actor.hidden and shac.critic_hidden")
-    norm = ObsNorm(jnp.asarray(ck.obs_norm["count"], jnp.float32), jnp.asarray(mean), jnp.asarray(ck.obs_norm["var"]))
-    x = ck.extra
-    return ts._replace(actor=ck.params, critics=x["critics"], target_critics=x["target_critics"], obs_norm=norm)
+    return _with_networks(ts, ck)
 
 
 def _finite_tree(tree) -> bool:
