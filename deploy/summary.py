@@ -25,6 +25,14 @@ PLOT_TICK_FIELDS = ("t", "q", "cmd_q", "cmd_kp", "cmd_kd", "quat", "state")
 PLOT_ROWS = 50_000
 
 
+def missed_steps(steps: np.ndarray) -> int:
+    """Policy steps absent from the logged step indices: each motion counts from 0 (a new one restarts there)."""
+    s = np.asarray(steps, dtype=np.int64)
+    if not len(s):
+        return 0
+    return int(sum(seg[-1] + 1 - len(seg) for seg in np.split(s, np.flatnonzero(np.diff(s) <= 0) + 1)))
+
+
 def write_results(rec: RunRecord, ground_truth: Iterable | None = None, echo: Callable[[str], None] = print) -> dict:
     """Write the run's files; returns the summary. `ground_truth`: the sim bridge's GroundTruth samples (None on the
     robot: `fell` and the estimator's errors are then None)."""
@@ -43,7 +51,10 @@ def write_results(rec: RunRecord, ground_truth: Iterable | None = None, echo: Ca
         "states_visited": list(rec.states_visited),
         "ticks": rec.n_ticks,
         "policy_ticks": rec.n_policy_ticks,
+        # policy steps never computed: a stall covered all of their command ticks (the loop skips, never bursts)
+        "policy_steps_missed": missed_steps(pol["step"]),
         "deadline_misses": rec.deadline_misses,
+        "max_send_gap_ms": round(float(np.max(np.diff(sent))) * 1e3, 3) if len(sent) > 1 else None,
         "safety_events": list(rec.safety_events),
         "compute_ms_p50": pct(compute, 50),
         "compute_ms_p99": pct(compute, 99),

@@ -85,7 +85,13 @@ def _dry_run(python: str, env: dict, domain: int, run_root, timeout: float = 240
 def _assert_clean_jump(r: subprocess.CompletedProcess) -> dict:
     assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
     s = summary_of(r.stdout)
-    assert s["final_state"] == "HOLD" and s["safety_events"] == [] and s["policy_ticks"] == 211, s  # the 4.22 s jump
+    assert s["final_state"] == "HOLD" and s["safety_events"] == [], s
+    ended = [x["reason"] for x in s["transitions"] if x["to"] == "HOLD" and x["from"] == "POLICY"]
+    assert ended == ["motion ended after 211 policy steps"], s["transitions"]  # the 4.22 s jump at 50 Hz
+    # every step computed but for one a stall of the shared host may skip whole (its 10 command ticks: 20 ms; one
+    # of 211 on CI once, unpinned after a pip install); the exact count on a core of its own: test_deploy_dryrun
+    missed = s["policy_steps_missed"]
+    assert s["policy_ticks"] + missed == 211 and missed <= 1, s
     return s
 
 

@@ -326,6 +326,19 @@ def test_the_run_record_is_fixed_and_the_summary_reads_only_it(stand_art, estima
     assert summary["transitions"][-1]["to"] == "DAMPING" and summary["motion"] == stand_art.spec.motion.name
 
 
+def test_missed_policy_steps_counted_per_motion():
+    """summary.json's policy_steps_missed: the steps a stall skipped whole, counted within each motion (a second
+    motion restarts at step 0); step 0 itself is never prepared late, but a lost one counts too."""
+    from deploy.summary import missed_steps
+
+    assert missed_steps(np.array([], dtype=int)) == 0
+    assert missed_steps(np.arange(211)) == 0
+    assert missed_steps(np.delete(np.arange(211), [57])) == 1
+    assert missed_steps(np.array([0, 1, 3, 4, 6])) == 2
+    assert missed_steps(np.array([0, 2, 0, 1, 2, 5])) == 1 + 2
+    assert missed_steps(np.array([1, 2])) == 1
+
+
 def test_another_lowcmd_writer_appearing_damps_on_the_next_tick(stand_art, estimator):
     """A second rt/lowcmd publisher matched during a run (deploy.link.Link.other_commanders): the next command
     is damping, latched, with the trip naming it; samples heard count too, and only those after the run began."""
