@@ -5,7 +5,7 @@ import pytest
 from PIL import Image
 
 from experiments import tracking
-from experiments.policy_cards import small_strip
+from experiments.policy_cards import small_strip, small_video
 
 
 def _strip(path, w=64, h=16):
@@ -21,6 +21,21 @@ def test_small_strip_halves_and_keeps_colours(tmp_path):
     assert img.size == (32, 8) and img.mode == "P"
     rgb = np.asarray(img.convert("RGB"))
     assert tuple(rgb[4, 2]) == (255, 0, 0) and tuple(rgb[4, 30]) == (0, 0, 0)
+
+
+def test_small_video_halves_size_and_frame_rate(tmp_path):
+    """Six 40 ms frames of 32x16, each one flat colour -> three 80 ms frames of 16x8: frames 0, 2 and 4."""
+    colours = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0), (255, 255, 255), (0, 255, 255)]
+    frames = [Image.new("RGB", (32, 16), c) for c in colours]
+    frames[0].save(tmp_path / "e.gif", save_all=True, append_images=frames[1:], duration=40, loop=0)
+    out = small_video(tmp_path / "e.gif", tmp_path / "card" / "video.webp")
+    img = Image.open(out)
+    assert img.format == "WEBP" and img.size == (16, 8) and img.n_frames == 3
+    for k, want in enumerate(colours[::2]):
+        img.seek(k)
+        img.load()  # the WebP reader sets a frame's duration when it decodes it
+        assert img.info["duration"] == 80
+        assert np.abs(np.asarray(img.convert("RGB"))[4, 8].astype(int) - want).max() < 24, (k, want)
 
 
 def test_docs_strips_only_for_rows_with_a_strip_here(tmp_path, monkeypatch):

@@ -102,21 +102,27 @@ def test_legacy_mapping_refuses_an_inconsistent_old_run():
         C.from_legacy({"motion": "hop", "env": {"max_tilt": 0.8}})
 
 
-def test_the_jump_recipe_is_what_trained_the_committed_jump():
-    """`make train MOTION=jump` with no ARGS runs train/recipes.yaml's flags; the config they give is the committed
-    policy's training config (policies/g1/jump/training/config.yaml), every field, and its provenance names a
-    checkpoint the selection picked within the recipe's iterations."""
+@pytest.mark.parametrize("motion", ["jump", "dance_calm_settled"])
+def test_the_recipe_is_what_trained_the_committed_policy(motion):
+    """`make train MOTION=<motion>` with no ARGS runs train/recipes.yaml's flags; the config they give is the
+    committed policy's training config (policies/g1/<motion>/training/config.yaml), every field, and its provenance
+    names a checkpoint the selection picked within the recipe's iterations."""
     import yaml
 
     from train.cli import config_of, parse, recipe
     from train.config import load_config
 
-    a, steps = parse(["--motion", "jump"])
-    assert steps == recipe("jump") and steps
-    assert config_of(a).to_dict() == load_config("policies/g1/jump/training").to_dict()
-    art = yaml.safe_load(open("policies/g1/jump/policy.yaml"))
+    a, steps = parse(["--motion", motion])
+    assert steps == recipe(motion) and steps
+    assert config_of(a).to_dict() == load_config(f"policies/g1/{motion}/training").to_dict()
+    art = yaml.safe_load(open(f"policies/g1/{motion}/policy.yaml"))
     assert "selected" in art["provenance"] and art["provenance"]["iterations"] <= config_of(a).shac.iterations
-    # a flag given after the recipe wins
+    assert art["provenance"]["seed"] == config_of(a).seed
+
+
+def test_a_flag_after_the_recipe_wins():
+    from train.cli import config_of, parse, recipe
+
     b, _ = parse(["--motion", "jump", "--seed", "7"])
     assert config_of(b).seed == 7
     assert recipe("no_such_motion") == []
