@@ -231,10 +231,10 @@ def main(argv=None) -> int:
         if bridge_ctx is not None:
             bridge_ctx.__exit__(None, None, None)
     if not args.quiet:
-        keys = ("final_state", "states_visited", "ticks", "policy_ticks", "policy_steps_missed", "deadline_misses", "safety_events", "compute_ms_p50",
-                "compute_ms_p99", "compute_cpu_ms_p99", "stream_period_error_p50", "stream_period_error_p99", "fell",
-                "tilt_tripped", "estimator_base_vel_rmse_mps", "estimator_base_height_rmse_m", "estop_to_damping_s", "policy",
-                "velocity")
+        keys = ("final_state", "states_visited", "ticks", "policy_ticks", "policy_steps_missed", "deadline_misses",
+                "safety_events", "compute_ms_p50", "compute_ms_p99", "compute_cpu_ms_p99", "stream_period_error_p50",
+                "stream_period_error_p99", "fell", "tilt_tripped", "estimator_base_vel_rmse_mps",
+                "estimator_base_height_rmse_m", "estop_to_damping_s", "policy", "velocity")
         print(json.dumps({k: summary.get(k) for k in keys}, indent=2))
     print(f"summary: {Path(summary['run_dir']) / 'summary.json'}", flush=True)
     return EXIT_DAMPING if summary["final_state"] == "DAMPING" else EXIT_OK
