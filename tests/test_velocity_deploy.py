@@ -15,7 +15,7 @@ from policies.adapters.export import export_mjlab
 from policies.artifact import load_artifact
 from tests.test_adapters import HOLO_CACHE, LOCO, holosoma_models  # noqa: F401 - the cached-download fixture
 from tests.test_deploy_bad_input import assert_refused
-from tests.test_deploy_support import REPO, run_cli, summary_of
+from tests.test_deploy_support import REPO, assert_played_whole, run_cli, summary_of
 
 
 
@@ -77,10 +77,10 @@ def test_jump_as_mjlab_tracking_policy_completes_its_clip(tmp_path, fresh_domain
     assert s["policy"]["format"] == "mjlab" and s["policy"]["kind"] == "tracking"
     assert s["final_state"] == "HOLD" and s["safety_events"] == [] and s["fell"] is False
     assert [t["to"] for t in s["transitions"]] == ["STAND_UP", "HOLD", "POLICY", "HOLD"]
-    assert s["policy_ticks"] == 230  # time_step 0..229: the whole clip, then HOLD
+    assert_played_whole(s, 230)  # time_step 0..229: the whole clip, then HOLD
     assert s["gt_flight_s"] > 0.1  # it jumped: both feet off the floor in the bridge's ground truth
     tr = s["tracking"]  # against the graph's own reference (joint_pos output at each time step)
-    assert (tr["policy_steps"], tr["clip_frames"], tr["clip_ended"]) == (230, 231, True), tr
+    assert (tr["policy_steps"], tr["clip_frames"], tr["clip_ended"]) == (s["policy_ticks"], 231, True), tr
     assert 0.0 < tr["joint_rms_rad"] <= tr["joint_rms_worst_s_rad"] < 0.5, tr
 
 
