@@ -37,8 +37,8 @@ def write_results(rec: RunRecord, ground_truth: Iterable | None = None, echo: Ca
     """Write the run's files; returns the summary. `ground_truth`: the sim bridge's GroundTruth samples (None on the
     robot: `fell` and the estimator's errors are then None)."""
     run_dir, ticks, pol = rec.run_dir, rec.ticks, rec.policy
-    sent = ticks["sent"]
-    period_err = np.abs(np.diff(sent) - g1.COMMAND_DT) / g1.COMMAND_DT if len(sent) > 1 else np.array([])
+    send_gaps = np.diff(ticks["sent"])
+    period_err = np.abs(send_gaps - g1.COMMAND_DT) / g1.COMMAND_DT
     compute = pol["compute_ms"]
     gt_hist = list(ground_truth) if ground_truth is not None else None
     facts = rec.policy_facts
@@ -54,7 +54,7 @@ def write_results(rec: RunRecord, ground_truth: Iterable | None = None, echo: Ca
         # policy steps never computed: a stall covered all of their command ticks (the loop skips, never bursts)
         "policy_steps_missed": missed_steps(pol["step"]),
         "deadline_misses": rec.deadline_misses,
-        "max_send_gap_ms": round(float(np.max(np.diff(sent))) * 1e3, 3) if len(sent) > 1 else None,
+        "max_send_gap_ms": round(float(send_gaps.max()) * 1e3, 3) if send_gaps.size else None,
         "safety_events": list(rec.safety_events),
         "compute_ms_p50": pct(compute, 50),
         "compute_ms_p99": pct(compute, 99),

@@ -46,12 +46,18 @@ def write_card(motion: str, run_dir: Path, dest: Path) -> None:
         small_video(gif, dest / "video.webp")
 
 
+def _half(img):
+    """An image (or a gif's frame) as RGB at half its width and height."""
+    from PIL import Image
+
+    return img.convert("RGB").resize((img.width // 2, img.height // 2), Image.LANCZOS)
+
+
 def small_strip(src: Path, dst: Path) -> Path:
     """An eval's key-frame strip at half its size as a palette PNG (~3x smaller again), for the repository."""
     from PIL import Image
 
-    img = Image.open(src)
-    small = img.convert("RGB").resize((img.width // 2, img.height // 2), Image.LANCZOS)
+    small = _half(Image.open(src))
     dst.parent.mkdir(parents=True, exist_ok=True)
     small.quantize(colors=256).save(dst, optimize=True)
     return dst
@@ -64,8 +70,7 @@ def small_video(src: Path, dst: Path, quality: int = 60) -> Path:
 
     img = Image.open(src)
     period_ms = img.info.get("duration", 40)
-    frames = [f.convert("RGB").resize((img.width // 2, img.height // 2), Image.LANCZOS)
-              for i, f in enumerate(ImageSequence.Iterator(img)) if i % 2 == 0]
+    frames = [_half(f) for i, f in enumerate(ImageSequence.Iterator(img)) if i % 2 == 0]
     dst.parent.mkdir(parents=True, exist_ok=True)
     frames[0].save(dst, save_all=True, append_images=frames[1:], duration=2 * period_ms, loop=0, quality=quality,
                    method=4)
